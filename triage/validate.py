@@ -58,7 +58,7 @@ CODES: dict[str, str] = {
 }
 
 MIN_SYMPTOMS = 6
-ID_RE = re.compile(r"^(D|MN|P|CK|X)([1-9][0-9]?)$")
+ID_RE = re.compile(r"^(D|MN|P|CK|X|E)([1-9][0-9]?)$")
 NODE_ID_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 ENTRY_FIELDS_REQUIRED = (
     "id",
