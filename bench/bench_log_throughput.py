@@ -161,7 +161,7 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    from triage.kb import load_kb
+    from triage.kb.loader import load_kb
 
     kb = load_kb()
     patterns = [sig.pattern for entry in kb.entries.values() for sig in entry.signatures]

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from probes import configs, dist, env, gpu, net, versions
-from probes.base import STATUS_ORDER, ProbeOptions, ProbeResult, ProgressCallback, Status
 from probes.subproc import evidence
-from triage.model import KnowledgeBase
-from triage.redact import redact_text
+from triage.core.facts import STATUS_ORDER, ProbeOptions, ProbeResult, ProgressCallback, Status
+from triage.core.model import KnowledgeBase
+from triage.core.redact import redact_text
 
 ProbeFunction = Callable[[ProbeOptions, threading.Event], ProbeResult]
 
@@ -165,7 +165,7 @@ def facts_of_probe(kb: KnowledgeBase, probe: str) -> tuple[str, ...]:
 
 
 def merged_facts(results: Iterable[ProbeResult]) -> dict[str, object]:
-    """Every fact the results established, ready for the walker and triage.findings."""
+    """Every fact the results established, ready for the walker and triage.core.findings."""
     facts: dict[str, object] = {}
     for result in results:
         facts.update(result.facts)
@@ -173,7 +173,7 @@ def merged_facts(results: Iterable[ProbeResult]) -> dict[str, object]:
 
 
 def flagged_facts(results: Iterable[ProbeResult]) -> set[str]:
-    """The facts the probes marked abnormal: what triage.findings points from."""
+    """The facts the probes marked abnormal: what triage.core.findings points from."""
     return {name for result in results for name in result.flagged}
 
 

@@ -15,8 +15,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from probes.base import Evidence
-from triage.redact import redact_text
+from triage.core.facts import Evidence
+from triage.core.redact import redact_text
 
 POLL_S = 0.05
 MAX_EVIDENCE_CHARS = 4000

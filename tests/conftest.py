@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from triage.kb import load_kb
-from triage.model import KnowledgeBase
+from triage.core.model import KnowledgeBase
+from triage.kb.loader import load_kb
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import REPO
-from triage.kb import load_kb
-from triage.matcher import rank
+from triage.core.matcher import rank
+from triage.kb.loader import load_kb
 
 KB = load_kb(REPO / "knowledge")
 POSITIVE = [(e.id, text) for e in KB.entries.values() for text in e.cases.match]

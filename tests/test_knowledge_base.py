@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tests.conftest import REPO, CliResult
-from triage.model import KnowledgeBase
-from triage.sources import read_sources
-from triage.validate import check
+from triage.core.model import KnowledgeBase
+from triage.kb.sources import read_sources
+from triage.kb.validate import check
 
 EXPECTED_IDS = (
     [f"D{i}" for i in range(1, 24)]

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pytest
 
-from probes.scenarios import SCENARIOS, Scenario
-from probes.scenarios.runner import processes_with_token, run
 from tests.conftest import CliResult
+from triage.repro import SCENARIOS, Scenario
+from triage.repro.runner import processes_with_token, run
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),

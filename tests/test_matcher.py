@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from triage.matcher import rank, rank_options, required_literal
-from triage.model import KnowledgeBase, QuestionNode
+from triage.core.matcher import rank, rank_options, required_literal
+from triage.core.model import KnowledgeBase, QuestionNode
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,9 @@
-"""triage.findings: entries the probe facts point at, from each entry's confirm list."""
+"""triage.core.findings: entries the probe facts point at, from each entry's confirm list."""
 
 from __future__ import annotations
 
-from triage.findings import findings, value_matches
-from triage.model import Cases, Confirm, Entry, Graph, KnowledgeBase, Verify
+from triage.core.findings import findings, value_matches
+from triage.core.model import Cases, Confirm, Entry, Graph, KnowledgeBase, Verify
 
 
 def entry(entry_id: str, *confirm: Confirm) -> Entry:

@@ -1,4 +1,4 @@
-"""triage.redact: secrets never reach output, and ordinary diagnostic text survives."""
+"""triage.core.redact: secrets never reach output, and ordinary diagnostic text survives."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from triage.redact import REDACTED, is_secret_name, redact_env, redact_obj, redact_text, redact_value
+from triage.core.redact import REDACTED, is_secret_name, redact_env, redact_obj, redact_text, redact_value
 
 HF = "hf_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7"
 GHP = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"

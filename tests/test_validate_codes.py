@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FAILING_KB, MINIMAL_KB, CliResult, overlay_kb
-from triage.sources import read_sources
-from triage.validate import CODES, check
+from triage.kb.sources import read_sources
+from triage.kb.validate import CODES, check
 
 CHECK_ONLY_CODES = {"KB016"}  # found by `triage kb check`, not by validating the sources
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import MINIMAL_KB
-from triage.errors import UserError
-from triage.kb import load_kb
-from triage.model import KnowledgeBase, ProbeNode, QuestionNode
-from triage.walker import back, walk
+from triage.core.errors import UserError
+from triage.core.model import KnowledgeBase, ProbeNode, QuestionNode
+from triage.core.walker import back, walk
+from triage.kb.loader import load_kb
 
 
 @pytest.fixture(scope="module")

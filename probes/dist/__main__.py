@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from triage.exitcodes import Exit
+from triage.core.exitcodes import Exit
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -32,8 +32,8 @@ from probes.dist.protocol import (
     report_key,
     state_key,
 )
-from triage.exitcodes import Exit
-from triage.redact import is_secret_name, redact_text
+from triage.core.exitcodes import Exit
+from triage.core.redact import is_secret_name, redact_text
 
 KEY_PREFIX = "triage/dist"
 CHILD_ENV = "TRIAGE_DIST_CHILD"  # set by the local launcher, which hosts the store and monitors

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
-from triage.docs.builder import build
-from triage.kb import load_kb
-from triage.model import KnowledgeBase
+from triage.core.model import KnowledgeBase
+from triage.kb.loader import load_kb
+from triage.site.builder import build
 
 FIXTURE_KB = Path(__file__).resolve().parent / "fixture_kb"
 KNOWLEDGE = REPO / "knowledge"

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.docs.conftest import Tab
-from triage.matcher import rank
-from triage.model import KnowledgeBase
+from triage.core.matcher import rank
+from triage.core.model import KnowledgeBase
 
 OpenTab = Callable[..., Tab]
 

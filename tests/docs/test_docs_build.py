@@ -8,8 +8,8 @@ from pathlib import Path
 
 from tests.conftest import CliResult
 from tests.docs.conftest import FIXTURE_KB, copy_kb
-from triage.docs.builder import MANIFEST, build
-from triage.kb import load_kb
+from triage.kb.loader import load_kb
+from triage.site.builder import MANIFEST, build
 
 Run = Callable[..., CliResult]
 SMALL_IDS = ["D9", "D22", "D19", "D21", "P7", "X3"]

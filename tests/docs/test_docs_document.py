@@ -12,8 +12,8 @@ import pytest
 from markdown.extensions.toc import slugify as mkdocs_slugify
 
 from tests.conftest import REPO
-from triage.markdown_ast import make_parser
-from triage.model import KnowledgeBase
+from triage.core.model import KnowledgeBase
+from triage.kb.markdown_ast import make_parser
 from triage.render.document import (
     HTML_LINKS,
     MARKDOWN_LINKS,

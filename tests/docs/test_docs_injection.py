@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.docs.conftest import Tab, copy_kb
-from triage.docs.builder import build
-from triage.kb import load_kb
+from triage.kb.loader import load_kb
+from triage.site.builder import build
 
 PAYLOAD = "<script>window.__pwned = 1</script>"
 IMG = '<img src="x" onerror="window.__pwned = 2">'

@@ -10,10 +10,10 @@ from urllib.parse import unquote, urlsplit
 from markdown_it.token import Token
 
 from tests.docs.conftest import FIXTURE_KB
-from triage.docs.builder import build
-from triage.kb import load_kb
-from triage.markdown_ast import make_parser
+from triage.kb.loader import load_kb
+from triage.kb.markdown_ast import make_parser
 from triage.render.document import slugify
+from triage.site.builder import build
 
 URL_REF = re.compile(r"url\(#([^)]+)\)")
 

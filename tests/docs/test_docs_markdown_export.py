@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from triage.model import KnowledgeBase
+from triage.core.model import KnowledgeBase
 
 MKDOCS_YML = """\
 site_name: Team docs
@@ -81,7 +81,7 @@ def test_nav_snippets_list_every_page(real_markdown: Path, real_kb: KnowledgeBas
 
 
 def test_nav_prefix_is_configurable(real_kb: KnowledgeBase, tmp_path: Path) -> None:
-    from triage.docs.builder import build
+    from triage.site.builder import build
 
     build(real_kb, tmp_path / "out", "markdown", nav_prefix="/reference/triage/")
     snippet = (tmp_path / "out" / "mkdocs-nav.yml").read_text(encoding="utf-8")

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from triage.logscan.patterns import anchors_of, compile_signatures
-from triage.model import KnowledgeBase
+from triage.core.logscan.patterns import anchors_of, compile_signatures
+from triage.core.model import KnowledgeBase
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from triage.logscan.prefixes import rank_from_path, rank_in_message, split_prefix
+from triage.core.logscan.prefixes import rank_from_path, rank_in_message, split_prefix
 
 
 @pytest.mark.parametrize(

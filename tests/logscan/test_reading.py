@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from triage.errors import UserError
-from triage.logscan.reading import LineCheck, blocks, ere
+from triage.core.errors import UserError
+from triage.core.logscan.reading import LineCheck, blocks, ere
 
 
 def _random_text(rng: random.Random, longest: int) -> bytes:

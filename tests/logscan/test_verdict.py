@@ -1,6 +1,6 @@
 """Scanning real failure output: the first failure, the ranks that waited, the diagnosis.
 
-The `repro-*.log` files are the captured output of the reproductions in probes/scenarios, run
+The `repro-*.log` files are the captured output of the reproductions in triage/repro, run
 under torch 2.13 CPU/gloo (tests/test_log_repro.py runs them live); the NCCL excerpts are real
 logs quoted in public issue threads and in the knowledge seeds.
 """
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from triage.logscan.patterns import compile_signatures
-from triage.logscan.scanner import Scanner, scan_lines
-from triage.logscan.verdict import Verdict, decide
-from triage.model import KnowledgeBase
+from triage.core.logscan.patterns import compile_signatures
+from triage.core.logscan.scanner import Scanner, scan_lines
+from triage.core.logscan.verdict import Verdict, decide
+from triage.core.model import KnowledgeBase
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -1,6 +1,6 @@
 """Fixtures for the TUI tests: knowledge bases, a scripted probe runner, and a way to wait for probes.
 
-The runner implements probes.base.ProbeRunner, the interface the app is built against; tests
+The runner implements triage.core.facts.ProbeRunner, the interface the app is built against; tests
 choose each probe's result and can hold a probe until it is released or cancelled.
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 
-from probes.base import Evidence, ProbeOptions, ProbeResult, Status
-from triage.kb import load_kb
-from triage.model import KnowledgeBase
+from triage.core.facts import Evidence, ProbeOptions, ProbeResult, Status
+from triage.core.model import KnowledgeBase
+from triage.kb.loader import load_kb
 
 FIXTURE_KB = Path(__file__).resolve().parent / "fixtures" / "kb"
 

@@ -12,13 +12,13 @@ REPO = Path(__file__).resolve().parents[2]
 PROBE = textwrap.dedent(
     """
     import contextlib, io, sys
-    import triage, triage.kb, triage.matcher, triage.walker, triage.cli
-    import triage.tui, triage.tui.session, triage.tui.suggest, triage.tui.conversation, triage.tui.runners
-    import triage.report, triage.commands.tui, triage.commands.walk
+    import triage, triage.kb.loader, triage.core.matcher, triage.core.walker, triage.main
+    import triage.tui, triage.core.session, triage.core.suggest, triage.render.conversation, probes.runners
+    import triage.render.report, triage.tui.command, triage.cli.walk
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = triage.cli.main(["ask", "training hangs at the end of the epoch"])
-        walked = triage.cli.main(["walk", "--no-probes", "--json", "--answer", "what_do_you_see=5",
+        code = triage.main.main(["ask", "training hangs at the end of the epoch"])
+        walked = triage.main.main(["walk", "--no-probes", "--json", "--answer", "what_do_you_see=5",
                                   "--answer", "placement=1"])
     print(code, walked, "D9" in out.getvalue(), '"id": "D3"' in out.getvalue())
     print(sorted(m for m in sys.modules if m == "textual" or m.startswith("textual.")))

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from triage.model import KnowledgeBase, ProbeNode
-from triage.report import build_report, first_command, first_shell_command, report_filename, verify_headline
-from triage.tui.session import Session
+from triage.core.model import KnowledgeBase, ProbeNode
+from triage.core.session import Session
+from triage.render.report import (
+    build_report,
+    first_command,
+    first_shell_command,
+    report_filename,
+    verify_headline,
+)
 
 from .conftest import result
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from probes.base import ProbeResult
-from triage.errors import UserError
-from triage.model import KnowledgeBase, ProbeNode
-from triage.tui.session import Session
+from triage.core.errors import UserError
+from triage.core.facts import ProbeResult
+from triage.core.model import KnowledgeBase, ProbeNode
+from triage.core.session import Session
 
 from .conftest import result
 

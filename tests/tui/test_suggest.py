@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from triage.model import KnowledgeBase, QuestionNode
-from triage.tui.suggest import suggest
+from triage.core.model import KnowledgeBase, QuestionNode
+from triage.core.suggest import suggest
 
 
 def question(kb: KnowledgeBase, node_id: str) -> QuestionNode:
