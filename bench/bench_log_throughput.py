@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-FAILURES = sorted((REPO / "tests" / "logscan" / "data").glob("repro-*.log"))
+FAILURES = sorted((REPO / "tests" / "core" / "logscan" / "data").glob("repro-*.log"))
 TARGET = 1 / 3
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.conftest import Tab, copy_kb
+from tests.site.conftest import Tab, copy_kb
 from triage.kb.loader import load_kb
 from triage.site.builder import build
 

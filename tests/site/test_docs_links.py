@@ -9,7 +9,7 @@ from urllib.parse import unquote, urlsplit
 
 from markdown_it.token import Token
 
-from tests.docs.conftest import FIXTURE_KB
+from tests.site.conftest import FIXTURE_KB
 from triage.kb.loader import load_kb
 from triage.kb.markdown_ast import make_parser
 from triage.render.document import slugify

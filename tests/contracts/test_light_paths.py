@@ -53,3 +53,30 @@ def test_the_app_module_does_import_textual() -> None:
         check=False,
     )
     assert done.stdout.strip() == "True", done.stderr
+
+
+ASK_ONLY = textwrap.dedent(
+    """
+    import contextlib, io, sys
+    import triage.main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = triage.main.main(["ask", "NCCL watchdog timeout after the epoch ends"])
+    heavy = ("textual", "torch", "yaml", "markdown_it", "rich", "probes")
+    print(code, sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in heavy}))
+    """
+)
+
+
+def test_the_ask_path_loads_no_textual_torch_yaml_or_markdown() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", ASK_ONLY],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] in ("0 []", "1 []"), done.stdout

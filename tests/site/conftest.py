@@ -21,7 +21,7 @@ from triage.core.model import KnowledgeBase
 from triage.kb.loader import load_kb
 from triage.site.builder import build
 
-FIXTURE_KB = Path(__file__).resolve().parent / "fixture_kb"
+FIXTURE_KB = Path(__file__).resolve().parent.parent / "fixtures" / "kb" / "site"
 KNOWLEDGE = REPO / "knowledge"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.docs.conftest import Tab
+from tests.site.conftest import Tab
 from triage.core.matcher import rank
 from triage.core.model import KnowledgeBase
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import result
 from triage.core.errors import UserError
 from triage.core.facts import ProbeResult
 from triage.core.model import KnowledgeBase, ProbeNode
 from triage.core.session import Session
-
-from .conftest import result
 
 
 def probe_node(session: Session) -> ProbeNode:

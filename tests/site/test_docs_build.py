@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.conftest import CliResult
-from tests.docs.conftest import FIXTURE_KB, copy_kb
+from tests.site.conftest import FIXTURE_KB, copy_kb
 from triage.kb.loader import load_kb
 from triage.site.builder import MANIFEST, build
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from tests.conftest import result
 from triage.core.model import KnowledgeBase, ProbeNode
 from triage.core.session import Session
 from triage.render.report import (
@@ -13,8 +14,6 @@ from triage.render.report import (
     report_filename,
     verify_headline,
 )
-
-from .conftest import result
 
 TOKEN = "hf_" + "q" * 30
 WHEN = datetime(2026, 3, 1, 12, 30, tzinfo=UTC)

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import REPO, CliResult
 
-DATA = REPO / "tests" / "logscan" / "data"
+DATA = REPO / "tests" / "core" / "logscan" / "data"
 Run = Callable[..., CliResult]
 
 
