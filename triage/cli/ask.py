@@ -1,7 +1,7 @@
 """`triage ask TEXT | -`: the best entry for a description or a pasted error, with alternatives.
 
-This is the path users feel: it loads the compiled knowledge (JSON) and rapidfuzz, nothing else
-heavy. No yaml, markdown-it, textual or torch import happens here.
+This is the path users feel: it loads the compiled knowledge (JSON), nothing else heavy. No yaml,
+markdown-it, textual or torch import happens here.
 """
 
 from __future__ import annotations
@@ -65,6 +65,13 @@ def run(args: argparse.Namespace) -> int:
                 }
                 for h in match.hits
             ],
+            "question": {
+                "node": match.question.node,
+                "prompt": match.question.prompt,
+                "answers": [{"label": label, "id": entry} for label, entry in match.question.options],
+            }
+            if match.question
+            else None,
         }
         print(json.dumps(payload, indent=2, ensure_ascii=False))
     else:
@@ -87,7 +94,7 @@ def _report(kb: object, match: object, brief: bool) -> list[str]:
         lines.append("Try other words, paste the exact error line, or walk the questions with `triage`.")
         lines += ["", "Closest entries, for what they are worth:"]
         lines += [f"  {h.entry.id:<5} {h.score:.2f}  {h.entry.title}" for h in match.hits]
-        return lines
+        return lines + _question_lines(match, style)
     if not brief:
         lines += [
             style.paint(f"Best match ({best.score:.2f})", DIM),
@@ -99,4 +106,19 @@ def _report(kb: object, match: object, brief: bool) -> list[str]:
         lines.append(style.paint("Alternatives" if not brief else "Ranking", BOLD))
         lines += [f"  {h.entry.id:<5} {h.score:.2f}  {h.entry.title}" for h in alternatives]
         lines.append(style.paint("  (triage show ID for any of them)", DIM))
+    return lines + _question_lines(match, style)
+
+
+def _question_lines(match: object, style: object) -> list[str]:
+    """The graph's question that tells the two closest entries apart, when they are close."""
+    from triage.core.matcher import Match
+    from triage.render.terminal import BOLD, Style
+
+    assert isinstance(match, Match) and isinstance(style, Style)
+    question = match.question
+    if question is None:
+        return []
+    first, second = (entry for _, entry in question.options)
+    lines = ["", style.paint(f"{first} or {second}? {question.prompt}", BOLD)]
+    lines += [f"  {label}  ->  {entry}" for label, entry in question.options]
     return lines

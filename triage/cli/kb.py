@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     stamp = fingerprint(root)
     target = root / COMPILED_NAME
     if kb is not None and args.action == "build":
-        target.write_text(compiled.to_json(compiled.with_docs(kb), stamp), encoding="utf-8")
+        target.write_text(compiled.to_json(compiled.with_docs(kb, str(root)), stamp), encoding="utf-8")
     elif kb is not None:
         data = compiled.read(str(target))
         if data is None or data.get("fingerprint") != stamp:
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
                     "run `triage kb build` and commit the result",
                 )
             )
-        elif compiled.to_json(compiled.with_docs(kb), stamp) != target.read_text(encoding="utf-8"):
+        elif compiled.to_json(compiled.with_docs(kb, str(root)), stamp) != target.read_text(encoding="utf-8"):
             diagnostics.append(
                 Diagnostic(
                     "KB016",

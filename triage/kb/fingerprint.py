@@ -15,6 +15,8 @@ StrPath = str | os.PathLike[str]
 ENTRY_DIR = "entries"
 TOP_FILES = ("sections.yaml", "facts.yaml", "graph.yaml", "vocabulary.yaml")
 COMPILED_NAME = "compiled.json"
+# Files the knowledge may have: the confidence model `ask` abstains by (bench/fit_confidence.py).
+OPTIONAL_FILES = ("confidence.yaml",)
 
 
 def source_files(root: StrPath) -> list[str]:
@@ -31,7 +33,8 @@ def source_files(root: StrPath) -> list[str]:
 def fingerprint(root: StrPath) -> str:
     crc = 0
     total = 0
-    for path in source_files(root):
+    optional = [os.path.join(os.fspath(root), n) for n in OPTIONAL_FILES]
+    for path in [*source_files(root), *(p for p in optional if os.path.isfile(p))]:
         crc = zlib.crc32(os.path.basename(path).encode() + b"\0", crc)
         try:
             with open(path, "rb") as handle:
