@@ -189,18 +189,7 @@ def payload(
         },
         "worst_status": worst,
         "exit_code": int(EXIT_FOR_STATUS[worst]),
-        "probes": [
-            {
-                "name": r.name,
-                "status": r.status,
-                "summary": r.summary,
-                "duration_s": r.duration_s,
-                "facts": r.facts,
-                "flagged": list(r.flagged),
-                "evidence": [{"source": e.source, "output": e.output} for e in r.evidence],
-            }
-            for r in results
-        ],
+        "probes": [r.to_plain() for r in results],
         "facts": merged_facts(results),
         "findings": [
             {
