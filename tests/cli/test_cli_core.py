@@ -26,7 +26,7 @@ def test_ask_prints_best_entry_fix_and_verification(run_cli: Run) -> None:
     assert result.returncode == 0
     assert "D2" in out.split("\n")[1]
     assert "Fix" in out and "DistributedSampler" in out
-    assert "NEEDS EXPERIMENT VERIFICATION" in out
+    assert "RE-CHECK YOUR EXPERIMENT" in out
     assert "Alternatives" in out and "D1" in out
 
 

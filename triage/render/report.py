@@ -18,8 +18,9 @@ from triage import __version__
 from triage.core.facts import ProbeResult
 from triage.core.model import Confirm, Entry, KnowledgeBase, ProbeNode
 from triage.core.walker import Step, fact_text
+from triage.render.verify import verify_headline
 
-REPORT_SECTIONS = ("Fix", "Verification", "Root cause", "Related", "References")
+REPORT_PARTS = ("fix", "verification", "root_cause", "related", "references")
 SHELL_LANGUAGES = frozenset({"", "bash", "sh", "shell", "console", "zsh", "sh-session"})
 _ALIGNED_COMMENT = re.compile(r"\s{2,}#.*$")
 
@@ -41,16 +42,6 @@ def confirmations(entry: Entry, facts: Mapping[str, object]) -> list[Confirmatio
             value = fact_text(facts[confirm.fact])
             out.append(Confirmation(confirm, value, value in {v.lower() for v in confirm.values}))
     return out
-
-
-def verify_headline(entry: Entry) -> str:
-    """One line saying whether the fix changes the experiment, naming what it changes."""
-    if entry.verify.needed:
-        from triage.render.document import CHANGE_WORDS
-
-        changes = ", ".join(CHANGE_WORDS.get(c, c.replace("_", " ")) for c in entry.verify.changes)
-        return f"RE-CHECK YOUR EXPERIMENT: this fix changes {changes}."
-    return "No experiment re-check needed: this fix does not change what the run computes."
 
 
 def first_command(kb: KnowledgeBase, entry: Entry) -> str | None:
@@ -231,9 +222,6 @@ def build_report(
     from triage.render.document import entry_heading, entry_sections, md_inline
 
     out += [f"## {entry_heading(entry)}", "", md_inline(entry.summary), ""]
-    sections = {part.title: part for part in entry_sections(entry, kb)}
-    for title in REPORT_SECTIONS:
-        part = sections.get(title)
-        if part is not None:
-            out += [f"### {part.title}", "", part.body, ""]
+    for part in entry_sections(entry, kb, only=REPORT_PARTS):
+        out += [f"### {part.title}", "", part.body, ""]
     return "\n".join(out).rstrip() + "\n"

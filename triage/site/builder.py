@@ -25,7 +25,6 @@ from triage.core.model import KnowledgeBase
 from triage.render.document import (
     GRAPH_TITLE,
     MARKDOWN_LINKS,
-    VERIFY_BADGE,
     entry_heading,
     entry_markdown,
     graph_markdown,
@@ -33,6 +32,7 @@ from triage.render.document import (
     md_inline,
     md_link,
 )
+from triage.render.verify import VERIFY_BADGE
 from triage.site.diagram import layout, render_svg
 from triage.site.markdown_html import MarkdownHtml
 from triage.site.pages import entry_page, graph_page, index_page

@@ -1,0 +1,67 @@
+"""The options every command that runs probes accepts (`triage probe`, `triage walk`, `triage tui`),
+declared once, and read back as the ProbeOptions the probes take."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from triage.core.errors import UserError
+from triage.core.facts import ProbeOptions
+
+MAX_TIMEOUT_S = 3600.0
+
+
+def add_probe_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    timeout_flag: str = "--probe-timeout",
+    default_timeout: float = 30.0,
+    can_switch_off: bool = True,
+) -> None:
+    """Declare the probe options on a command's parser."""
+    if can_switch_off:
+        parser.add_argument("--no-probes", action="store_true", help="never probe this machine; ask instead")
+    parser.add_argument(
+        timeout_flag,
+        dest="probe_timeout",
+        type=float,
+        default=default_timeout,
+        metavar="SECONDS",
+        help=f"seconds each probe may take (default {default_timeout:g}, at most {MAX_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--accelerate-config",
+        metavar="PATH",
+        help="the Accelerate config to inspect (default: accelerate's own)",
+    )
+    parser.add_argument("--deepspeed-config", metavar="PATH", help="the DeepSpeed JSON to check against it")
+    parser.add_argument(
+        "--peer-host", metavar="HOST", help="a host the net probe may contact (route and master-port check)"
+    )
+    parser.set_defaults(probe_timeout_flag=timeout_flag)
+
+
+def probe_options(args: argparse.Namespace) -> ProbeOptions:
+    """The options as given, checked: a bounded timeout and config files that exist (UserError)."""
+    flag = getattr(args, "probe_timeout_flag", "--probe-timeout")
+    timeout = args.probe_timeout
+    if not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT_S:
+        raise UserError(f"{flag} must be above 0 and at most {MAX_TIMEOUT_S:g} seconds, not {timeout:g}")
+    for name, value in (
+        ("--accelerate-config", args.accelerate_config),
+        ("--deepspeed-config", args.deepspeed_config),
+    ):
+        if value is not None:
+            path = Path(value).expanduser()
+            if not path.exists():
+                raise UserError(f"{name}: no such file: {value}")
+            if not path.is_file():
+                raise UserError(f"{name}: not a file: {value}")
+    return ProbeOptions(
+        timeout_s=timeout,
+        accelerate_config=args.accelerate_config,
+        deepspeed_config=args.deepspeed_config,
+        peer_host=args.peer_host,
+    )
