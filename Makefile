@@ -19,6 +19,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check triage probes bench tests
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 kb: $(STAMP)
 	$(PY) -m triage kb check

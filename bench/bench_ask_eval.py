@@ -21,9 +21,9 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from triage import matcher  # noqa: E402
-from triage.kb import load_kb  # noqa: E402
-from triage.model import KnowledgeBase  # noqa: E402
+from triage.core import matcher  # noqa: E402
+from triage.core.model import KnowledgeBase  # noqa: E402
+from triage.kb.loader import load_kb  # noqa: E402
 
 DEFAULT_QUERIES = REPO.parent / "shared" / "eval" / "dev_queries.yaml"
 

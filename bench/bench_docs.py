@@ -35,8 +35,8 @@ def timed_cli(fmt: str, runs: int) -> float:
 
 def breakdown() -> dict[str, float]:
     sys.path.insert(0, str(REPO))
-    from triage.docs.builder import _html_files, build
-    from triage.kb import load_kb
+    from triage.kb.loader import load_kb
+    from triage.site.builder import _html_files, build
 
     start = time.perf_counter()
     kb = load_kb(REPO / "knowledge", use_compiled=False)

@@ -30,10 +30,10 @@ def main() -> int:
 
     import yaml
 
-    from triage.kb import load_kb
-    from triage.logscan.patterns import compile_signatures
-    from triage.logscan.scanner import Scanner
-    from triage.logscan.verdict import decide
+    from triage.core.logscan.patterns import compile_signatures
+    from triage.core.logscan.scanner import Scanner
+    from triage.core.logscan.verdict import decide
+    from triage.kb.loader import load_kb
 
     kb = load_kb()
     signatures = compile_signatures(kb)

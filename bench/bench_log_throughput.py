@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-FAILURES = sorted((REPO / "tests" / "logscan" / "data").glob("repro-*.log"))
+FAILURES = sorted((REPO / "tests" / "core" / "logscan" / "data").glob("repro-*.log"))
 TARGET = 1 / 3
 
 
@@ -161,7 +161,7 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    from triage.kb import load_kb
+    from triage.kb.loader import load_kb
 
     kb = load_kb()
     patterns = [sig.pattern for entry in kb.entries.values() for sig in entry.signatures]

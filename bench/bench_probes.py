@@ -68,7 +68,7 @@ def wall(cmd: list[str], env: dict[str, str]) -> float:
 COLD_RUN = """
 import json, sys, time
 start = time.perf_counter()
-from probes.base import ProbeOptions
+from triage.core.facts import ProbeOptions
 from probes.registry import run_all
 results = run_all(sys.argv[1:], ProbeOptions(timeout_s=60))
 print(json.dumps({"wall": time.perf_counter() - start, "probes": {r.name: r.duration_s for r in results},

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from probes.base import Evidence, ProbeOptions, ProbeResult, Status
 from probes.subproc import evidence
+from triage.core.facts import Evidence, ProbeOptions, ProbeResult, Status
 
 NAME = "configs"
 KEY_FACTS = ("configs.accelerate_config", "configs.ds_config", "configs.ds_double_set")

@@ -10,9 +10,9 @@ import os
 import threading
 from collections.abc import Mapping
 
-from probes.base import ProbeOptions, ProbeResult, Status
 from probes.subproc import evidence
-from triage.redact import redact_env
+from triage.core.facts import ProbeOptions, ProbeResult, Status
+from triage.core.redact import redact_env
 
 NAME = "env"
 KEY_FACTS = ("env.launcher", "env.rank_contract", "env.world_size", "env.cuda_visible_devices")

@@ -17,8 +17,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from probes.base import Evidence, ProbeOptions, ProbeResult, Status
 from probes.subproc import command_evidence, evidence, run_command
+from triage.core.facts import Evidence, ProbeOptions, ProbeResult, Status
 
 NAME = "gpu"
 KEY_FACTS = ("gpu.count", "gpu.all_ranks_on_gpu0", "gpu.zombie_memory", "gpu.nvswitch", "gpu.fabricmanager")

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from probes.base import Evidence, ProbeOptions, ProbeResult, Status
 from probes.subproc import command_evidence, evidence, run_command
+from triage.core.facts import Evidence, ProbeOptions, ProbeResult, Status
 
 NAME = "net"
 KEY_FACTS = ("net.master_port_free", "net.socket_ifname_valid", "net.mtu_mismatch", "net.docker0_present")

@@ -14,10 +14,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from probes import configs, dist, env, gpu, net, versions
-from probes.base import STATUS_ORDER, ProbeOptions, ProbeResult, ProgressCallback, Status
 from probes.subproc import evidence
-from triage.model import KnowledgeBase
-from triage.redact import redact_text
+from triage.core import children
+from triage.core.facts import STATUS_ORDER, ProbeOptions, ProbeResult, ProgressCallback, Status
+from triage.core.model import KnowledgeBase
+from triage.core.redact import redact_text
 
 ProbeFunction = Callable[[ProbeOptions, threading.Event], ProbeResult]
 
@@ -44,7 +45,7 @@ PROBES: dict[str, ProbeSpec] = {
     )
 }
 # How long a probe may take to stop after its timeout or a cancel, killing its children, before the
-# runner gives up waiting for it and reports the overrun anyway.
+# runner kills them itself and reports the overrun anyway.
 STOP_GRACE_S = 3.0
 
 
@@ -100,6 +101,10 @@ class LocalProbeRunner:
             if why:
                 stop.set()
                 worker.join(self.stop_grace_s)
+                if worker.is_alive():
+                    # Stuck (an import under load, a call that ignores the event): whatever it
+                    # started dies now, and anything it starts later dies with it (`stop` is set).
+                    children.kill_owned(stop)
                 break
             worker.join(min(0.05, max(0.0, deadline - time.monotonic())))
         duration = round(time.monotonic() - start, 4)
@@ -165,7 +170,7 @@ def facts_of_probe(kb: KnowledgeBase, probe: str) -> tuple[str, ...]:
 
 
 def merged_facts(results: Iterable[ProbeResult]) -> dict[str, object]:
-    """Every fact the results established, ready for the walker and triage.findings."""
+    """Every fact the results established, ready for the walker and triage.core.findings."""
     facts: dict[str, object] = {}
     for result in results:
         facts.update(result.facts)
@@ -173,7 +178,7 @@ def merged_facts(results: Iterable[ProbeResult]) -> dict[str, object]:
 
 
 def flagged_facts(results: Iterable[ProbeResult]) -> set[str]:
-    """The facts the probes marked abnormal: what triage.findings points from."""
+    """The facts the probes marked abnormal: what triage.core.findings points from."""
     return {name for result in results for name in result.flagged}
 
 

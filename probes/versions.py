@@ -22,7 +22,6 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from probes.base import Evidence, ProbeOptions, ProbeResult, Status
 from probes.subproc import command_evidence, evidence, run_command
 from probes.torch_files import (
     c_extension,
@@ -33,6 +32,7 @@ from probes.torch_files import (
     read_version_file,
     without_local,
 )
+from triage.core.facts import Evidence, ProbeOptions, ProbeResult, Status
 
 NAME = "versions"
 KEY_FACTS = ("versions.torch", "versions.cuda", "versions.nccl")

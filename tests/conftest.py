@@ -6,18 +6,20 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import pytest
 
-from triage.kb import load_kb
-from triage.model import KnowledgeBase
+from triage.core.facts import Evidence, ProbeResult, Status
+from triage.core.model import KnowledgeBase
+from triage.kb.loader import load_kb
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 MINIMAL_KB = FIXTURES / "kb" / "minimal"
 FAILING_KB = FIXTURES / "kb" / "failing"
+WALK_KB = FIXTURES / "kb" / "walk"  # a small graph with every node type, for walks and the TUI
 
 
 @pytest.fixture(scope="session")
@@ -71,3 +73,21 @@ def run_cli() -> Callable[..., CliResult]:
         )
 
     return run
+
+
+def result(
+    name: str,
+    status: Status = "ok",
+    facts: Mapping[str, object] | None = None,
+    summary: str = "",
+    evidence: Iterable[tuple[str, str]] = (),
+    duration_s: float = 0.2,
+) -> ProbeResult:
+    return ProbeResult(
+        name, status, dict(facts or {}), tuple(Evidence(s, o) for s, o in evidence), duration_s, summary
+    )
+
+
+@pytest.fixture(scope="session")
+def fixture_kb() -> KnowledgeBase:
+    return load_kb(WALK_KB, use_compiled=False)

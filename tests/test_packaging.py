@@ -50,8 +50,8 @@ def test_wheel_contains_package_probes_and_knowledge(wheel: Path) -> None:
     assert "triage/_knowledge/graph.yaml" in names
     assert any(n.startswith("triage/_knowledge/entries/D09-") for n in names)
     assert "probes/dist/__init__.py" in names or any(n.startswith("probes/dist/") for n in names)
-    assert any(n.startswith("probes/scenarios/") for n in names)
-    assert any(n.startswith("triage/docs/assets/") for n in names)
+    assert any(n.startswith("triage/repro/scripts/") for n in names)
+    assert any(n.startswith("triage/site/assets/") for n in names)
     assert not any(n.startswith("tests/") for n in names)
 
 

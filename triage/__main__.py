@@ -1,5 +1,5 @@
 """`python -m triage` runs the same CLI as the `triage` console script."""
 
-from triage.cli import main
+from triage.main import main
 
 raise SystemExit(main())

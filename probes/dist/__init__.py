@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from probes.base import Evidence, ProbeOptions, ProbeResult, Status
+from triage.core.facts import Evidence, ProbeOptions, ProbeResult, Status
 from probes.subproc import evidence
 
 NAME = "dist"

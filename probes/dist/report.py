@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from probes.dist.protocol import LAST, STEPS
-from triage.redact import redact_obj
+from triage.core.redact import redact_obj
 
 # Must agree on every rank; differences here break or slow collectives (the multi-node checklist).
 MUST_AGREE = ("python", "torch", "cuda", "nccl", "backend")

@@ -120,8 +120,8 @@ def test_a_broken_knowledge_base_does_not_hide_the_probes(tmp_path: Path) -> Non
 def test_progress_line_rewrites_itself() -> None:
     import io
 
-    from probes.base import ProbeResult
-    from triage.commands.probe import Progress
+    from triage.cli.probe import Progress
+    from triage.core.facts import ProbeResult
 
     stream = io.StringIO()
     progress = Progress(stream, ["env", "dist"])

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from probes import configs
-from probes.base import ProbeOptions
 from tests.probes.helpers import run_triage, triage_env
+from triage.core.facts import ProbeOptions
 
 ACCELERATE_DS = """\
 compute_environment: LOCAL_MACHINE

@@ -19,7 +19,7 @@ from probes.dist.monitor import stalled_for
 from probes.dist.protocol import FAULT_EXIT_CODE, parse_faults
 from probes.dist.report import RankView, differences, facts, format_text, locate_stop
 from tests.probes.helpers import MARKER_ENV, REPO, run_triage, triage_env, wait_gone
-from triage.model import KnowledgeBase
+from triage.core.model import KnowledgeBase
 
 HANG_TIMEOUT_S = 3.0
 

@@ -138,7 +138,7 @@ def test_bare_python_subprocess_with_secrets_redacted() -> None:
 SCRIPT = """
 import json, os, sys, threading
 from probes.env import probe
-from probes.base import ProbeOptions
+from triage.core.facts import ProbeOptions
 result = probe(ProbeOptions(), threading.Event())
 with open(os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.json"), "w") as f:
     json.dump({"facts": result.facts, "status": result.status}, f)

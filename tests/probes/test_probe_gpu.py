@@ -11,8 +11,8 @@ import pynvml
 import pytest
 
 from probes import gpu
-from probes.base import ProbeOptions
 from tests.probes.fake_nvml import GIB, FakeGpu, make_nvml
+from triage.core.facts import ProbeOptions
 
 
 def run_with(monkeypatch: pytest.MonkeyPatch, module: object) -> gpu.ProbeResult:

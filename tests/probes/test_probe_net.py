@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import pytest
 
 from probes import net
-from probes.base import ProbeOptions
 from probes.net import IfnameSpec, Interface, analyse_interfaces
 from tests.probes.helpers import run_triage, triage_env
+from triage.core.facts import ProbeOptions
 
 NAMES = ["eth0", "eth1", "ens5", "docker0", "lo", "ib0"]
 

@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from probes.base import Evidence, ProbeOptions, ProbeResult
 from probes.registry import (
     PROBES,
     LocalProbeRunner,
@@ -24,8 +23,9 @@ from probes.registry import (
 )
 from probes.subproc import run_command
 from tests.probes.helpers import MARKER_ENV, marked_pids, wait_gone
-from triage.model import KnowledgeBase
-from triage.walker import walk
+from triage.core.facts import Evidence, ProbeOptions, ProbeResult
+from triage.core.model import KnowledgeBase
+from triage.core.walker import walk
 
 
 def sleeper(marker: str) -> ProbeSpec:

@@ -207,7 +207,7 @@ def test_no_torch_at_all_is_unavailable() -> None:
     # A child whose sys.path lost site-packages has no torch to find.
     code = (
         "import json, sys, threading; sys.path[:] = [p for p in sys.path if 'site-packages' not in p]; "
-        "from probes import versions; from probes.base import ProbeOptions; "
+        "from probes import versions; from triage.core.facts import ProbeOptions; "
         "r = versions.probe(ProbeOptions(), threading.Event()); print(json.dumps([r.status, r.facts, r.summary]))"
     )
     done = subprocess.run(

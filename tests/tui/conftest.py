@@ -1,6 +1,6 @@
 """Fixtures for the TUI tests: knowledge bases, a scripted probe runner, and a way to wait for probes.
 
-The runner implements probes.base.ProbeRunner, the interface the app is built against; tests
+The runner implements triage.core.facts.ProbeRunner, the interface the app is built against; tests
 choose each probe's result and can hold a probe until it is released or cancelled.
 """
 
@@ -10,29 +10,12 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
 
-from probes.base import Evidence, ProbeOptions, ProbeResult, Status
-from triage.kb import load_kb
-from triage.model import KnowledgeBase
-
-FIXTURE_KB = Path(__file__).resolve().parent / "fixtures" / "kb"
-
-
-def result(
-    name: str,
-    status: Status = "ok",
-    facts: Mapping[str, object] | None = None,
-    summary: str = "",
-    evidence: Iterable[tuple[str, str]] = (),
-    duration_s: float = 0.2,
-) -> ProbeResult:
-    return ProbeResult(
-        name, status, dict(facts or {}), tuple(Evidence(s, o) for s, o in evidence), duration_s, summary
-    )
+from tests.conftest import result  # noqa: F401  (re-exported for the TUI tests)
+from triage.core.facts import ProbeOptions, ProbeResult
 
 
 class ScriptedRunner:
@@ -63,11 +46,6 @@ async def settle(pilot: Pilot[None]) -> None:
     """Wait for running probe workers to finish and the screen to catch up."""
     await pilot.app.workers.wait_for_complete()
     await pilot.pause()
-
-
-@pytest.fixture(scope="session")
-def fixture_kb() -> KnowledgeBase:
-    return load_kb(FIXTURE_KB, use_compiled=False)
 
 
 def _loop_running() -> bool:

@@ -9,9 +9,9 @@ from pathlib import Path
 from textual.events import Key, Paste
 from textual.widgets import OptionList
 
-from probes.base import ProbeOptions, ProbeResult
-from triage.model import KnowledgeBase, QuestionNode
-from triage.report import first_command
+from triage.core.facts import ProbeOptions, ProbeResult
+from triage.core.model import KnowledgeBase, QuestionNode
+from triage.render.report import first_command
 from triage.tui.app import make_app
 from triage.tui.modals import OverrideScreen, ProbesScreen
 from triage.tui.result_screen import ResultScreen

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from probes.base import ProbeResult
-from triage.model import KnowledgeBase, ProbeNode
+from triage.core.facts import ProbeResult
+from triage.core.model import KnowledgeBase, ProbeNode
 from triage.tui.app import make_app
 from triage.tui.result_screen import ResultScreen
 from triage.tui.walk_screen import WalkScreen

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from probes.base import ProbeOptions
-from triage.model import KnowledgeBase
+from probes.runners import ProcessProbes
+from triage.core.facts import ProbeOptions
+from triage.core.model import KnowledgeBase
 from triage.tui.app import make_app
-from triage.tui.runners import ProcessProbes
 
 from .conftest import settle
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from textual.pilot import Pilot
 
-from triage.model import KnowledgeBase
+from triage.core.model import KnowledgeBase
 from triage.tui.app import TriageApp, make_app
 
 from .conftest import ScriptedRunner, settle

@@ -1,6 +1,6 @@
 """An entry, and the decision graph, as Markdown: the one source every rendering starts from.
 
-The docs site renders this Markdown to HTML (with `triage.markdown_ast.make_parser`), the
+The docs site renders this Markdown to HTML (with `triage.kb.markdown_ast.make_parser`), the
 Markdown export writes it as it is for MkDocs or Sphinx (MyST), and the terminal renderer can
 draw the same sections. Pure string work: knowledge in, Markdown out; no markdown-it import, so
 the fast `ask` path can use it.
@@ -18,7 +18,7 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from triage.model import Entry, Graph, KnowledgeBase, ProbeNode, QuestionNode
+from triage.core.model import Entry, Graph, KnowledgeBase, ProbeNode, QuestionNode
 
 VERIFY_BADGE = "needs experiment verification"
 NO_VERIFY_LABEL = "no experiment verification needed"

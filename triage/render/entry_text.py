@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from triage.model import Entry, KnowledgeBase
+from triage.core.model import Entry, KnowledgeBase
 from triage.render.terminal import BOLD, DIM, Style, banner, heading, render_blocks
 
 VERIFY_CHANGE_WORDS = {

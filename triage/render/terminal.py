@@ -1,4 +1,4 @@
-"""Drawing pre-parsed Markdown (see triage.markdown_ast) on a terminal, styled or plain.
+"""Drawing pre-parsed Markdown (see triage.kb.markdown_ast) on a terminal, styled or plain.
 
 Styled output uses ANSI escapes when stdout is a terminal and NO_COLOR is unset; plain output
 keeps code spans in backticks so commands stay copyable. No markdown-it import here: the blocks

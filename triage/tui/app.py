@@ -15,11 +15,11 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from probes.base import ProbeOptions, ProbeRunner
-from triage.model import KnowledgeBase
+from probes.runners import NoProbes, app_runner
+from triage.core.facts import ProbeOptions, ProbeRunner
+from triage.core.model import KnowledgeBase
+from triage.core.session import Session
 from triage.tui.palette import EntryCommands
-from triage.tui.runners import NoProbes, app_runner
-from triage.tui.session import Session
 
 __all__ = ["NoProbes", "TriageApp", "make_app"]
 
@@ -95,7 +95,7 @@ def make_app(
 ) -> TriageApp:
     """Build the app: the bundled knowledge base and the real probes unless told otherwise."""
     if kb is None:
-        from triage.kb import load_kb
+        from triage.kb.loader import load_kb
 
         kb = load_kb()
     return TriageApp(

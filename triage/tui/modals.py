@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
-from triage.tui.session import OverrideChoice, ProbeRecord
+from triage.core.session import OverrideChoice, ProbeRecord
 from triage.tui.widgets import TONE_MARK
 
 
@@ -114,7 +114,7 @@ class ProbesScreen(ModalScreen[str | None]):
             lines += [f"  {name} = {value}" for name, value in sorted(result.facts.items())]
             for item in result.evidence:
                 lines += ["", f"$ {item.source}", item.output.rstrip()]
-        from triage.redact import redact_text
+        from triage.core.redact import redact_text
 
         self.query_one("#probe-evidence", Static).update(redact_text("\n".join(lines)))
 

@@ -17,12 +17,12 @@ from textual.screen import Screen
 from textual.widgets import Footer, Markdown, OptionList, Static
 from textual.widgets.option_list import Option
 
-from triage import report
-from triage.model import Entry, KnowledgeBase, ProbeNode
-from triage.tui.conversation import evidence_text
+from triage.core.model import Entry, KnowledgeBase, ProbeNode
+from triage.core.session import Session
+from triage.core.walker import Step
+from triage.render import report
+from triage.render.conversation import evidence_text
 from triage.tui.modals import OverrideScreen, ProbesScreen
-from triage.tui.session import Session
-from triage.walker import Step
 
 
 @dataclass(frozen=True)

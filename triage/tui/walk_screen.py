@@ -21,13 +21,13 @@ from textual.widgets import Footer, Input, OptionList
 from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from probes.base import ProbeOptions, ProbeResult, ProbeRunner
-from triage.errors import UserError
-from triage.model import ProbeNode, QuestionNode
-from triage.tui.conversation import conversation
+from triage.core.errors import UserError
+from triage.core.facts import ProbeOptions, ProbeResult, ProbeRunner
+from triage.core.model import ProbeNode, QuestionNode
+from triage.core.session import Session
+from triage.core.suggest import NOTHING, Suggestion, Suggestions, suggest
+from triage.render.conversation import conversation
 from triage.tui.modals import OverrideScreen, ProbesScreen
-from triage.tui.session import Session
-from triage.tui.suggest import NOTHING, Suggestion, Suggestions, suggest
 from triage.tui.widgets import Breadcrumb, ProbeStatus, SearchBox, SuggestionList, Transcript
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class WalkScreen(Screen[None]):
 
     def warm_up(self) -> None:
         import triage.tui.result_screen  # noqa: F401
-        from triage.matcher import index_for
+        from triage.core.matcher import index_for
 
         index_for(self.session.kb)
 

@@ -17,8 +17,8 @@ from textual.reactive import reactive
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from triage.tui.conversation import Line
-from triage.tui.suggest import Suggestion, Suggestions
+from triage.core.suggest import Suggestion, Suggestions
+from triage.render.conversation import Line
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 TONE_MARK = {

@@ -1,0 +1,62 @@
+"""One probe in a child process: what the app runs, so a probe can never stall or crash the UI.
+
+In-process, the dist probe's `import torch` holds the GIL for about half a second (measured with
+bench/bench_tui.py: key latency up to ~700 ms while it loads), torch warnings would write over the
+screen, and a crashing native library would take the app with it. A child process has none of
+those problems. Protocol, one JSON line each way: the parent writes the request on stdin and keeps
+stdin open; any further line, or stdin closing, cancels the probe (which then stops its own
+children); the child writes the ProbeResult as JSON on stdout and exits.
+
+    python -m probes.process   # reads {"name": ..., "options": {...}} on stdin
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from dataclasses import asdict
+from typing import Any
+
+from triage.core.facts import Evidence, ProbeOptions, ProbeResult
+
+
+def result_to_json(result: ProbeResult) -> str:
+    return json.dumps(asdict(result), default=str)
+
+
+def result_from_json(text: str) -> ProbeResult:
+    data: dict[str, Any] = json.loads(text)
+    return ProbeResult(
+        name=str(data["name"]),
+        status=data["status"],
+        facts=dict(data.get("facts", {})),
+        evidence=tuple(Evidence(str(e["source"]), str(e["output"])) for e in data.get("evidence", ())),
+        duration_s=float(data.get("duration_s", 0.0)),
+        summary=str(data.get("summary", "")),
+    )
+
+
+def main() -> int:
+    from triage.core import children
+
+    children.watch_parent()  # the app died without stopping this probe: stop with it
+    request = json.loads(sys.stdin.readline())
+    options = ProbeOptions(**request.get("options", {}))
+    cancel = threading.Event()
+
+    def watch_stdin() -> None:
+        sys.stdin.readline()  # a line or EOF: the parent wants the probe stopped
+        cancel.set()
+
+    threading.Thread(target=watch_stdin, name="cancel-watch", daemon=True).start()
+    from probes.registry import LocalProbeRunner
+
+    result = LocalProbeRunner().run(str(request["name"]), options, cancel)
+    sys.stdout.write(result_to_json(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

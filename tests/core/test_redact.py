@@ -1,0 +1,100 @@
+"""triage.core.redact: secrets never reach output, and ordinary diagnostic text survives."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from triage.core.redact import REDACTED, is_secret_name, redact_env, redact_obj, redact_text, redact_value
+
+HF = "hf_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7"
+GHP = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
+SK = "sk-proj-" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3"
+AWS = "AKIA" + "ABCDEFGHIJKLMNOP"
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HF_TOKEN",
+        "WANDB_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "DB_PASSWORD",
+        "FTP_PASSWD",
+        "GOOGLE_CREDENTIALS",
+        "BASIC_AUTH",
+        "hf_token",
+        "NCCL_IB_PKEY",
+    ],
+)
+def test_secret_names(name: str) -> None:
+    assert is_secret_name(name)
+    assert redact_value(name, "value-123") == REDACTED
+
+
+@pytest.mark.parametrize(
+    "name", ["TOKENIZERS_PARALLELISM", "NCCL_DEBUG", "MASTER_PORT", "AUTHOR", "keys", "max_tokens", "PATH"]
+)
+def test_names_that_are_not_secrets_keep_their_values(name: str) -> None:
+    assert not is_secret_name(name)
+    assert redact_value(name, "false") == "false"
+
+
+@pytest.mark.parametrize(
+    "token", [HF, GHP, SK, AWS, JWT, "xoxb-1234567890-abcdefghij", "glpat-abcdefghij0123456789"]
+)
+def test_token_values_are_redacted_wherever_they_appear(token: str) -> None:
+    text = f"export SOMETHING={token} and again ({token})"
+    out = redact_text(text)
+    assert token not in out
+    assert out.count(REDACTED) == 2
+    assert out.startswith("export SOMETHING=")
+
+
+def test_passwords_in_urls_and_bearer_headers() -> None:
+    out = redact_text(
+        "push to https://alice:s3cr3tpw@git.example.com/repo.git\nAuthorization: Bearer abcdef123456789"
+    )
+    assert "s3cr3tpw" not in out and "abcdef123456789" not in out
+    assert "https://alice:" in out and "@git.example.com/repo.git" in out
+
+
+def test_assignments_by_name_in_free_text() -> None:
+    text = 'WANDB_API_KEY=0123456789abcdef api_key: "xyz987" --hf-token=abc "password": "hunter2" NCCL_DEBUG=INFO'
+    out = redact_text(text)
+    for secret in ("0123456789abcdef", "xyz987", 'abc"', "hunter2"):
+        assert secret not in out
+    assert "--hf-token=" in out
+    assert "NCCL_DEBUG=INFO" in out
+
+
+def test_ordinary_diagnostics_survive() -> None:
+    text = (
+        "DistStoreError: wait timeout after 11000ms, keys: /default_pg//0//cpu//0/1\n"
+        "TOKENIZERS_PARALLELISM=false NCCL_SOCKET_IFNAME=eth0 MASTER_ADDR=10.0.0.1 sk-learn is fine"
+    )
+    assert redact_text(text) == text
+
+
+def test_redact_env_and_nested_objects() -> None:
+    env = {"HF_TOKEN": HF, "NCCL_DEBUG": "INFO", "EXTRA": f"url https://u:pw1234@h/ {GHP}"}
+    red = redact_env(env)
+    assert red["HF_TOKEN"] == REDACTED and red["NCCL_DEBUG"] == "INFO"
+    assert "pw1234" not in red["EXTRA"] and GHP not in red["EXTRA"]
+    doc = {
+        "probes": [{"evidence": [{"output": f"HF_TOKEN={HF}"}], "facts": {"env.world_size": 8, "ok": True}}],
+        "secret": "plain-looking",
+        "nested": {"api_key": ["a1", "b2"]},
+    }
+    out = redact_obj(doc)
+    dumped = json.dumps(out)
+    assert HF not in dumped and "plain-looking" not in dumped and "a1" not in dumped
+    assert isinstance(out, dict) and out["probes"][0]["facts"] == {"env.world_size": 8, "ok": True}
+
+
+def test_empty_and_idempotent() -> None:
+    assert redact_text("") == ""
+    once = redact_text(f"HF_TOKEN={HF}")
+    assert redact_text(once) == once

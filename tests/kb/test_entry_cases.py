@@ -1,0 +1,40 @@
+"""Each entry's own test cases (knowledge/entries/*.yaml `cases`), run through the real matcher.
+
+Like semgrep-rules' `ruleid:` / `ok:` lines: phrasings that must rank the entry first, and
+phrasings of other problems that must not. None of them is part of the matcher's index.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import REPO
+from triage.core.matcher import rank
+from triage.kb.loader import load_kb
+
+KB = load_kb(REPO / "knowledge")
+POSITIVE = [(e.id, text) for e in KB.entries.values() for text in e.cases.match]
+NEGATIVE = [(e.id, text) for e in KB.entries.values() for text in e.cases.no_match]
+
+
+def test_every_entry_has_cases() -> None:
+    for entry in KB.entries.values():
+        assert len(entry.cases.match) >= 2 and len(entry.cases.no_match) >= 2, entry.id
+
+
+@pytest.mark.parametrize(("entry_id", "text"), POSITIVE)
+def test_phrasing_ranks_its_entry_first(entry_id: str, text: str) -> None:
+    match = rank(KB, text, top=3)
+    assert match.hits[0].entry.id == entry_id, [(h.entry.id, h.score) for h in match.hits]
+
+
+@pytest.mark.parametrize(("entry_id", "text"), NEGATIVE)
+def test_other_problem_does_not_rank_the_entry_first(entry_id: str, text: str) -> None:
+    match = rank(KB, text, top=3)
+    assert match.hits[0].entry.id != entry_id
+
+
+def test_cases_are_not_copies_of_symptoms() -> None:
+    for entry in KB.entries.values():
+        symptoms = {s.lower() for s in entry.symptoms}
+        assert not symptoms & {c.lower() for c in entry.cases.match}, entry.id

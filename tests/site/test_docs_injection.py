@@ -1,0 +1,125 @@
+"""Markup in the knowledge is shown as text in every rendering, never run or interpreted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.site.conftest import Tab, copy_kb
+from triage.kb.loader import load_kb
+from triage.site.builder import build
+
+PAYLOAD = "<script>window.__pwned = 1</script>"
+IMG = '<img src="x" onerror="window.__pwned = 2">'
+
+HOSTILE_ENTRY = f"""\
+id: D23
+title: "Title with {PAYLOAD} in it"
+section: hangs
+kind: diagnosis
+summary: 'Summary {IMG} and <b>bold</b>'
+symptoms:
+  - "symptom {PAYLOAD}"
+  - symptom two
+  - symptom three
+  - symptom four
+  - symptom five
+  - symptom six
+signatures:
+  - pattern: '<script>'
+    note: "note {PAYLOAD}"
+root_cause: |
+  Root cause {PAYLOAD} and <iframe src="https://example.com"></iframe>
+
+  <div onclick="window.__pwned = 3">block html</div>
+fix: |
+  Inline `<script>kept as code</script>` and a fence:
+
+  ```html
+  <script>also code</script>
+  ```
+verify:
+  needed: true
+  changes: [data_order]
+  why: "Because {PAYLOAD}"
+references:
+  - title: "Ref {PAYLOAD}"
+    url: https://example.com/a
+"""
+
+
+@pytest.fixture(scope="module")
+def hostile_kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = copy_kb(tmp_path_factory.mktemp("kb") / "kb")
+    (root / "entries" / "D23-hostile.yaml").write_text(HOSTILE_ENTRY, encoding="utf-8")
+    graph = (root / "graph.yaml").read_text(encoding="utf-8")
+    graph = graph.replace(
+        "      - label: One process vanished with nothing in the log\n",
+        f"      - label: 'Option {PAYLOAD}'\n        target: D23\n"
+        "      - label: One process vanished with nothing in the log\n",
+    )
+    (root / "graph.yaml").write_text(graph, encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def hostile_site(hostile_kb: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("out") / "site"
+    build(load_kb(hostile_kb, use_compiled=False), out)
+    return out
+
+
+def test_html_pages_carry_no_markup_from_the_knowledge(hostile_site: Path) -> None:
+    for page in [*hostile_site.glob("*.html"), hostile_site / "graph.svg"]:
+        text = page.read_text(encoding="utf-8")
+        assert "<script>window" not in text and "<img" not in text and "<iframe" not in text, page.name
+        assert "<b>" not in text and "<div onclick" not in text, page.name
+        assert text.count("<script") == (1 if page.suffix == ".html" else 0), page.name
+    d23 = (hostile_site / "D23.html").read_text(encoding="utf-8")
+    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in d23
+    assert "<code>&lt;script&gt;kept as code&lt;/script&gt;</code>" in d23
+
+
+def test_browser_shows_the_markup_as_text_and_runs_none(
+    hostile_site: Path, open_tab: Callable[..., Tab]
+) -> None:
+    tab = open_tab()
+    for name in ("D23.html", "index.html", "graph.html"):
+        tab.goto(hostile_site / name)
+        assert tab.page.evaluate("window.__pwned") is None
+    tab.goto(hostile_site / "D23.html")
+    assert PAYLOAD in tab.page.locator("h1").inner_text()
+    assert IMG in tab.page.locator(".entry-head .summary").inner_text()
+    assert PAYLOAD in tab.page.locator("#symptoms").inner_text()
+    assert tab.page.locator("article iframe, article img, article b").count() == 0
+    tab.page.click("#search-input")
+    tab.page.keyboard.type("script pwned")
+    tab.page.wait_for_selector("#search-results:not([hidden]) li")
+    assert tab.page.locator("#search-results li .id").first.inner_text() == "D23"
+    assert tab.page.evaluate("window.__pwned") is None
+    assert tab.problems == []
+
+
+def test_markdown_export_escapes_markup_for_mkdocs(hostile_kb: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    out = project / "docs" / "kb"
+    build(load_kb(hostile_kb, use_compiled=False), out, "markdown")
+    source = (out / "D23.md").read_text(encoding="utf-8")
+    assert "<script>window" not in source.replace("`<script>kept as code</script>`", "")
+    (project / "mkdocs.yml").write_text("site_name: hostile\n", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    html = (project / "site" / "kb" / "D23" / "index.html").read_text(encoding="utf-8")
+    assert "<script>window" not in html and "<img" not in html and "<iframe" not in html
+    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in html

@@ -1,0 +1,251 @@
+"""`triage log FILE ... | -`: read failure output of any size and name its cause.
+
+This module is the command: arguments, the order of the steps, and the printing. Reading the input
+(refusing binary files, directories, unreadable files and absurdly long lines, and the two engines
+that find candidate lines: grep when it is on PATH, else pure Python) is triage.core.logscan.reading;
+the scan and the verdict are in triage.core.logscan and never touch a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from triage.core.errors import UserError
+from triage.core.exitcodes import Exit
+
+if TYPE_CHECKING:
+    from triage.core.logscan.scanner import Event, Scan
+    from triage.core.logscan.verdict import Verdict
+    from triage.core.model import KnowledgeBase
+
+HELP = "diagnose failure output: triage log FILE ... (or - for stdin)"
+DESCRIPTION = (
+    "Scan logs of any size (several files such as torchrun's per-rank --log-dir files, or stdin), "
+    "find every known failure signature, separate the first real failure from the ranks that only "
+    "waited for it, and print the diagnosis with its evidence, fix and verification note. "
+    "Exit 0: a failure was diagnosed; 1: no known failure found; 2: bad input."
+)
+
+DEFAULT_MAX_LINE = 64 << 20
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="FILE", help="log files, or - for stdin")
+    parser.add_argument("--json", action="store_true", help="machine-readable result")
+    parser.add_argument("--top", type=int, default=3, metavar="N", help="diagnoses to list (default 3)")
+    parser.add_argument(
+        "--max-line-bytes",
+        type=int,
+        default=int(os.environ.get("TRIAGE_LOG_MAX_LINE_BYTES", DEFAULT_MAX_LINE)),
+        metavar="N",
+        help="refuse input with a line longer than this (default 64 MiB; not a text log)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=["auto", "grep", "python"],
+        default=os.environ.get("TRIAGE_LOG_ENGINE", "auto"),
+        help="how candidate lines are found (default auto: grep when available)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from triage.core.logscan.patterns import compile_signatures
+    from triage.core.logscan.reading import choose_engine, open_input, scan_grep, scan_python
+    from triage.core.logscan.scanner import Scanner
+    from triage.core.logscan.verdict import decide
+    from triage.kb.loader import load_kb
+
+    if args.top < 1:
+        raise UserError("--top must be at least 1")
+    if args.max_line_bytes < 1024:
+        raise UserError("--max-line-bytes must be at least 1024")
+    if args.files.count("-") > 1:
+        raise UserError("stdin (-) can be given only once")
+    opened = [open_input(name) for name in args.files]  # every path is checked before any scanning
+    kb = load_kb()
+    signatures = compile_signatures(kb)
+    scanner = Scanner(signatures)
+    engine = choose_engine(args.engine, signatures.unanchored)
+    try:
+        for name, stream in opened:
+            source = scanner.source(name)
+            if engine == "grep":
+                scan_grep(scanner, source, name, stream, args.max_line_bytes, signatures.anchors)
+            else:
+                scan_python(scanner, source, name, stream, args.max_line_bytes)
+    finally:
+        for _, stream in opened:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+    if scanner.scan.lines == 0:
+        raise UserError("the log is empty: nothing to scan")
+    verdict = decide(scanner.scan, kb)
+    if args.json:
+        import json
+
+        print(json.dumps(_as_json(scanner.scan, verdict, kb, args.top), indent=2, ensure_ascii=False))
+    else:
+        print_verdict(scanner.scan, verdict, kb, args.top)
+    return Exit.OK if verdict.found else Exit.NOT_FOUND
+
+
+# -- output -------------------------------------------------------------------------------
+
+
+def _where(scan: Scan, event: Event) -> str:
+    return f"{scan.sources[event.source]}:{event.line}"
+
+
+def _rank_text(rank: int | None) -> str:
+    return f"rank {rank}" if rank is not None else "no rank prefix"
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in ranks)
+
+
+def _summary_lines(scan: Scan, verdict: Verdict) -> list[str]:
+    files = f"{len(scan.sources)} file{'s' if len(scan.sources) != 1 else ''}"
+    lines = [
+        f"Scanned {files}, {scan.lines:,} lines: {scan.hits:,} signature lines"
+        f" from {len(scan.ranks_seen)} rank{'s' if len(scan.ranks_seen) != 1 else ''}"
+        f" (events ordered by {'timestamps' if verdict.ordered_by == 'time' else 'position in the log'})."
+    ]
+    first = verdict.first
+    if first is not None:
+        what = "first failure" if first.real else "first error (it only echoes a wait)"
+        lines.append(f"The {what}: {_rank_text(first.rank)}, {_where(scan, first)}")
+        lines.append(f"    {first.text}")
+        if verdict.waiting_ranks:
+            lines.append(f"Ranks that only waited for it: {_ranks(verdict.waiting_ranks)}.")
+        if verdict.suspect_ranks:
+            lines.append(
+                f"Ranks that reported no error while the others waited (the likely stragglers): "
+                f"{_ranks(verdict.suspect_ranks)}."
+            )
+        claimed = verdict.root_cause_rank
+        if claimed is not None and claimed in (*verdict.waiting_ranks, *verdict.suspect_ranks):
+            lines.append(
+                f"torchrun's 'Root Cause (first observed failure)' names rank {claimed}: that is the"
+                f" first process it saw exit, not the first to fail."
+            )
+    return lines
+
+
+def print_verdict(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> None:
+    from triage.render.entry_text import entry_lines
+    from triage.render.terminal import BOLD, style_for
+
+    style = style_for()
+    lines = _summary_lines(scan, verdict)
+    lines.append("")
+    if not verdict.found:
+        lines.append(style.paint("No known failure found.", BOLD))
+        closest = _closest(scan, verdict, kb, top)
+        if closest:
+            lines.append("Closest entries (weak evidence; read them before acting):")
+            for entry_id, score, why in closest:
+                lines.append(f"  {entry_id:<5} {kb.entries[entry_id].title}  ({score:.2f}, {why})")
+        print("\n".join(lines))
+        return
+    best = verdict.diagnoses[0]
+    entry = kb.entries[best.entry_id]
+    verdict_word = "Out of scope" if not entry.covered else "Diagnosis"
+    lines.append(style.paint(f"{verdict_word}: {entry.id}  {entry.title}", BOLD))
+    lines.append(f"  why this entry: {best.reason} (score {best.score:.2f})")
+    lines.append("  evidence:")
+    lines += [_evidence_line(scan, e) for e in best.evidence]
+    others = [d for d in verdict.diagnoses[1:top] if d.score > 0]
+    if others:
+        lines.append("")
+        lines.append("Also consistent with:")
+        for other in others:
+            lines.append(
+                f"  {other.entry_id:<5} {kb.entries[other.entry_id].title}  (score {other.score:.2f})"
+            )
+            if other.evidence:
+                lines.append(_evidence_line(scan, other.evidence[0], indent="        "))
+    lines += ["", *entry_lines(kb, entry, style, full=False)]
+    print("\n".join(lines))
+
+
+def _evidence_line(scan: Scan, event: Event, indent: str = "    ") -> str:
+    tag = " (echo)" if event.kind == "hit" and event.echo else ""
+    text = event.text if len(event.text) <= 160 else event.text[:157] + "..."
+    return f"{indent}{_where(scan, event)}  [{_rank_text(event.rank)}]{tag}  {text}"
+
+
+def _closest(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> list[tuple[str, float, str]]:
+    """Weak candidates: entries with hits below the threshold, then the matcher on the errors."""
+    found: dict[str, tuple[float, str]] = {}
+    for diagnosis in verdict.diagnoses:
+        found[diagnosis.entry_id] = (diagnosis.score, "weak signature lines")
+    text = "\n".join(e.text for e in scan.events[:50] if e.kind in ("exception", "hit"))
+    if text.strip():
+        from triage.core import matcher
+
+        for hit in matcher.rank(kb, text, top=top).hits:
+            found.setdefault(hit.entry.id, (hit.score, "words in common with the errors"))
+    ranked = sorted(found.items(), key=lambda item: -item[1][0])[:top]
+    return [(entry_id, score, why) for entry_id, (score, why) in ranked]
+
+
+def _event_json(scan: Scan, event: Event) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "source": scan.sources[event.source],
+        "line": event.line,
+        "rank": event.rank,
+        "kind": event.kind,
+        "text": event.text,
+    }
+    if event.kind == "hit":
+        data.update(entry=event.entry_id, weight=event.weight, echo=event.echo)
+    if event.kind == "exit":
+        data["exit_code"] = event.exit_code
+    return data
+
+
+def _as_json(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> dict[str, Any]:
+    diagnoses = []
+    for diagnosis in verdict.diagnoses[:top]:
+        entry = kb.entries[diagnosis.entry_id]
+        diagnoses.append(
+            {
+                "id": entry.id,
+                "title": entry.title,
+                "kind": entry.kind,
+                "covered": entry.covered,
+                "score": diagnosis.score,
+                "reason": diagnosis.reason,
+                "explains_first_failure": diagnosis.explains_first,
+                "evidence": [_event_json(scan, e) for e in diagnosis.evidence],
+                "fix": entry.fix,
+                "verify": {
+                    "needed": entry.verify.needed,
+                    "changes": list(entry.verify.changes),
+                    "why": entry.verify.why,
+                },
+            }
+        )
+    return {
+        "found": verdict.found,
+        "sources": scan.sources,
+        "lines": scan.lines,
+        "signature_lines": scan.hits,
+        "ordered_by": verdict.ordered_by,
+        "first_failure": _event_json(scan, verdict.first) if verdict.first else None,
+        "first_rank": verdict.first_rank,
+        "waiting_ranks": verdict.waiting_ranks,
+        "suspect_ranks": verdict.suspect_ranks,
+        "torchrun_root_cause_rank": verdict.root_cause_rank,
+        "diagnoses": diagnoses if verdict.found else [],
+        "closest": []
+        if verdict.found
+        else [
+            {"id": i, "title": kb.entries[i].title, "score": s, "why": w}
+            for i, s, w in _closest(scan, verdict, kb, top)
+        ],
+    }

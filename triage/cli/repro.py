@@ -1,0 +1,102 @@
+"""`triage repro ID`: run a failure reproduction, show its real output, then diagnose it.
+
+The reproductions (triage/repro) are small training scripts that fail on CPU with gloo the
+way an entry describes, so a user can watch the failure happen and learn what its output looks
+like before meeting it in a real job. Needs torch; nothing else in triage does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from triage.core.errors import UserError
+from triage.core.exitcodes import Exit
+
+HELP = "run a real failure reproduction (CPU, gloo) and diagnose its output: triage repro D20"
+DESCRIPTION = (
+    "Run one of the bundled failure reproductions under real torch (gloo on CPU), bounded in time "
+    "and cleaned up afterwards, print its output, then run `triage log` on that output. "
+    "`triage repro --list` shows them."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", nargs="?", help="the reproduction to run (an entry id: D1, D20, MN3, ...)")
+    parser.add_argument("--list", action="store_true", help="list the reproductions")
+    parser.add_argument("--save", metavar="FILE", help="also write the captured output to FILE")
+
+
+def run(args: argparse.Namespace) -> int:
+    from triage.cli._common import short_arg
+    from triage.repro import SCENARIOS, find
+
+    if args.list or args.id is None:
+        for item in SCENARIOS:
+            print(f"{item.id:<5} {item.title}  (bound {item.bound_s:.0f} s)")
+        return Exit.OK
+    scenario = find(args.id) if args.id.strip() else None
+    if scenario is None:
+        known = ", ".join(s.id for s in SCENARIOS)
+        raise UserError(f"no reproduction for {short_arg(args.id)}; there are: {known}")
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise UserError("reproductions need torch: pip install 'triage[torch]'")
+    if sys.platform != "linux":
+        raise UserError("reproductions need Linux (their clean-up reads /proc)")
+    if args.save is not None:
+        _check_writable(args.save)  # before a run of up to a minute, not after it
+
+    from triage.repro.runner import run as run_scenario
+
+    print(f"== {scenario.id}: {scenario.title} (at most {scenario.bound_s:.0f} s)", flush=True)
+
+    def echo(line: str) -> None:
+        sys.stdout.write("  | " + line)
+        sys.stdout.flush()
+
+    result = run_scenario(scenario, echo=echo)
+    status = "stopped at its time bound" if result.timed_out else f"exited with {result.returncode}"
+    print(f"== it {status} after {result.duration_s:.1f} s; every process it started has ended.", flush=True)
+    if args.save:
+        try:
+            with open(args.save, "w", encoding="utf-8") as handle:
+                handle.write(result.output)
+        except OSError as exc:
+            raise UserError(f"{args.save}: cannot be written ({exc.strerror or exc})") from None
+    print("== triage log on that output:\n", flush=True)
+    return _diagnose(result.output, scenario.id)
+
+
+def _check_writable(path: str) -> None:
+    import os
+
+    from triage.cli._common import short_arg
+
+    shown = short_arg(path)
+    if not path.strip():
+        raise UserError("--save: the file name is empty")
+    if os.path.isdir(path):
+        raise UserError(f"--save {shown}: is a directory; name a file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UserError(f"--save {shown}: the directory {short_arg(parent)} does not exist")
+    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UserError(f"--save {shown}: cannot be written (permission denied)")
+
+
+def _diagnose(output: str, name: str) -> int:
+    from triage.cli import log
+    from triage.core.logscan.patterns import compile_signatures
+    from triage.core.logscan.scanner import Scanner
+    from triage.core.logscan.verdict import decide
+    from triage.kb.loader import load_kb
+
+    kb = load_kb()
+    scanner = Scanner(compile_signatures(kb))
+    source = scanner.source(f"repro-{name}.log")
+    scanner.feed_block(source, output.encode("utf-8"), 1)
+    verdict = decide(scanner.scan, kb)
+    log.print_verdict(scanner.scan, verdict, kb, top=3)
+    return Exit.OK if verdict.found else Exit.NOT_FOUND

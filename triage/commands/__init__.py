@@ -1,1 +1,0 @@
-"""One module per subcommand; see triage.cli for the contract."""

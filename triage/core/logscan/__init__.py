@@ -1,0 +1,1 @@
+"""Reading failure output from many ranks: prefixes, timestamps, signature hits, the verdict."""

@@ -1,0 +1,105 @@
+"""Who wrote a log line: the rank prefixes launchers put in front of every line, and rank hints.
+
+Launchers tag each line with the rank that printed it, each in its own way:
+
+- torchrun `--tee 3`: `[default0]:` (role name + local rank), `[host1:0]:` with `--role host1:`,
+  `[3]:` with `TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[${rank}]:'`; older versions drop the colon;
+- torch's own excepthook once the process group exists: `[rank3]: Traceback ...`;
+- srun `--label`: `3: ` (padded with spaces on wide jobs);
+- Open MPI `--tag-output`: `[1,3]<stderr>:`;
+- Ray actors (vLLM, verl): `(RayWorkerWrapper pid=1890, ip=10.41.0.8) `; vLLM's own workers:
+  `(VllmWorkerProcess pid=13359) ` (these name a process, not a rank: peeled, no rank);
+- NCCL's own lines: `host:pid:tid [3] ` where the bracket is the CUDA device, the local rank.
+
+Collectors put a timestamp in front of all of them (`kubectl logs --timestamps`:
+`2024-05-01T12:00:00.123456789Z `, `mpirun --timestamp-output`: `Fri Aug 11 12:31:45 2023`,
+`[2025-05-10 23:09:41] `); it is peeled too, and the timestamp module reads it.
+
+Prefixes nest (`[default0]:[rank0]: ...`), so they are peeled one at a time. When no prefix names
+the rank, the message itself often does (`[Rank 1] Watchdog caught ...`, `[PG ID 0 ... Rank 3]`),
+and a per-rank log file's path does (torchrun `--log-dir .../attempt_0/3/stderr.log`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_BRACKET = re.compile(
+    r"\[(?:(?P<host>[A-Za-z0-9_.-]*[A-Za-z_.-][A-Za-z0-9_.-]*|\d+):|(?P<role>[A-Za-z_][A-Za-z_.-]*?))?"
+    r"(?P<rank>\d{1,6})\]:? ?"
+)
+_MPI = re.compile(r"\[\d+,(?P<rank>\d{1,6})\]<std(?:out|err)>: ?")
+_SRUN = re.compile(r" {0,6}(?P<rank>\d{1,6}): ")
+_PROCESS = re.compile(r"\((?:[A-Za-z_][\w.]*) pid=\d+(?:, ip=[\w.:-]+)?\) ")
+_NCCL = re.compile(r"(?P<host>[\w.-]+):\d+:\d+ \[(?P<rank>\d{1,4})\] ")
+_COLLECTOR_TIME = re.compile(
+    r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? "
+    r"|\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\] "
+    r"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4} ?)"
+)
+
+# Rank named inside the message, most specific first; only used when no prefix names it.
+_BODY_RANK = re.compile(
+    r"\[Rank (?P<a>\d+)\]|\bRank (?P<b>\d+)\]|\[rank(?P<c>\d+)\]|\blocal_rank: (?P<d>\d+)"
+    r"|\brank (?P<e>\d+) (?:is|failed|exhausted)\b|^Rank (?P<f>\d+)\b",
+    re.IGNORECASE,
+)
+_PATH_RANK = re.compile(r"(?:^|[/_.-])(?:rank|worker|proc)[_-]?(?P<rank>\d{1,6})(?:$|[/_.-])", re.IGNORECASE)
+_LOG_DIR_RANK = re.compile(r"(?:^|/)(?P<rank>\d{1,6})/(?:stdout|stderr|error)\.(?:log|json)$")
+
+
+@dataclass(frozen=True)
+class Split:
+    """A line without its launcher prefixes: the rank (and host) they named, and the message."""
+
+    rank: int | None
+    host: str | None
+    body: str
+
+
+def split_prefix(line: str) -> Split:
+    """Peel every launcher prefix off the front of `line`."""
+    rank: int | None = None
+    host: str | None = None
+    body = line
+    for depth in range(5):  # nested prefixes are at most a few deep
+        match = _BRACKET.match(body) or _MPI.match(body)
+        if match is None and rank is None:
+            match = _SRUN.match(body)
+        if match is None:
+            peeled = (_COLLECTOR_TIME.match(body) if depth == 0 else None) or _PROCESS.match(body)
+            if peeled is None:
+                break
+            body = body[peeled.end() :]
+            continue
+        rank = int(match.group("rank"))
+        found_host = match.groupdict().get("host")
+        if found_host:
+            host = found_host
+        body = body[match.end() :]
+    nccl = _NCCL.match(body)
+    if nccl is not None:
+        if rank is None:
+            rank = int(nccl.group("rank"))
+        host = host or nccl.group("host")
+        body = body[nccl.end() :]
+    return Split(rank, host, body)
+
+
+def rank_in_message(body: str) -> int | None:
+    """A rank the message names about itself (`[Rank 1] Watchdog ...`), if any."""
+    match = _BODY_RANK.search(body)
+    if match is None:
+        return None
+    for value in match.groups():
+        if value is not None:
+            return int(value)
+    return None
+
+
+def rank_from_path(path: str) -> int | None:
+    """The rank a per-rank log file's name carries (`rank3.log`, `.../attempt_0/3/stderr.log`)."""
+    normalized = path.replace("\\", "/")
+    match = _LOG_DIR_RANK.search(normalized) or _PATH_RANK.search(normalized.rsplit("/", 1)[-1])
+    return int(match.group("rank")) if match else None

@@ -1,0 +1,190 @@
+"""The knowledge base as typed, immutable values.
+
+Everything downstream (matcher, walker, renderers, front ends) works on these types, never on
+raw YAML, so a field renamed in the data is caught in one place: the loader.
+
+They are NamedTuples rather than dataclasses on purpose: `triage ask` builds them on every run,
+and importing and creating dataclasses costs more than the rest of the matching (about 25 ms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal, NamedTuple
+
+EntryKind = Literal["diagnosis", "technique", "checklist", "out-of-scope"]
+ENTRY_KINDS: tuple[str, ...] = ("diagnosis", "technique", "checklist", "out-of-scope")
+VERIFY_CHANGES: tuple[str, ...] = (
+    "batch_size",
+    "learning_rate",
+    "precision",
+    "data_order",
+    "data_sharding",
+    "resume_point",
+    "normalization",
+)
+FACT_TYPES: tuple[str, ...] = ("enum", "bool", "int", "float", "string", "list")
+BRANCHABLE_FACT_TYPES: tuple[str, ...] = ("enum", "bool")
+
+
+class Signature(NamedTuple):
+    pattern: str
+    weight: float = 1.0
+    note: str = ""
+    # True for lines that usually echo another rank's failure (a watchdog timeout on a survivor,
+    # torchrun's ChildFailedError summary): a log scan ranks them below an earlier real failure.
+    echo: bool = False
+    # Real log lines the pattern must match (checked by `triage kb check`).
+    examples: tuple[str, ...] = ()
+
+
+class Verify(NamedTuple):
+    needed: bool
+    why: str
+    changes: tuple[str, ...] = ()
+
+
+class Reference(NamedTuple):
+    title: str
+    url: str
+
+
+class Confirm(NamedTuple):
+    fact: str
+    values: tuple[str, ...]
+    note: str = ""
+
+
+class Cases(NamedTuple):
+    match: tuple[str, ...] = ()
+    no_match: tuple[str, ...] = ()
+
+
+class Entry(NamedTuple):
+    id: str
+    title: str
+    section: str
+    kind: str
+    summary: str
+    symptoms: tuple[str, ...]
+    signatures: tuple[Signature, ...]
+    root_cause: str
+    fix: str
+    verify: Verify
+    related: tuple[str, ...] = ()
+    references: tuple[Reference, ...] = ()
+    confirm: tuple[Confirm, ...] = ()
+    cases: Cases = Cases()
+    source: str = ""
+
+    @property
+    def covered(self) -> bool:
+        """False for the honest out-of-scope leaves."""
+        return self.kind != "out-of-scope"
+
+
+class Section(NamedTuple):
+    id: str
+    title: str
+    blurb: str = ""
+
+
+class Fact(NamedTuple):
+    name: str
+    probe: str
+    type: str
+    description: str
+    values: tuple[str, ...] = ()
+
+    @property
+    def branch_values(self) -> tuple[str, ...]:
+        """The values a probe node may branch on."""
+        if self.type == "bool":
+            return ("true", "false")
+        return self.values
+
+
+class Option(NamedTuple):
+    label: str
+    target: str
+    keywords: tuple[str, ...] = ()
+
+
+class QuestionNode(NamedTuple):
+    id: str
+    prompt: str
+    options: tuple[Option, ...]
+    help: str = ""
+    unknown: str | None = None
+    type: Literal["question"] = "question"
+
+
+class ProbeNode(NamedTuple):
+    id: str
+    fact: str
+    prompt: str
+    branches: dict[str, str]
+    fallback: str
+    default: str | None = None
+    type: Literal["probe"] = "probe"
+
+
+Node = QuestionNode | ProbeNode
+
+
+class Graph(NamedTuple):
+    start: str
+    nodes: dict[str, Node]
+
+
+class KnowledgeBase(NamedTuple):
+    entries: dict[str, Entry]
+    sections: tuple[Section, ...]
+    facts: dict[str, Fact]
+    graph: Graph
+    # Pre-parsed Markdown of each entry's fields (see triage.kb.markdown_ast), keyed by entry id and
+    # field name, so the terminal renderer never imports markdown-it.
+    docs: Mapping[str, Mapping[str, list[dict[str, object]]]] = {}
+    # Matching vocabulary (knowledge/vocabulary.yaml): canonical term -> the variants users type.
+    vocabulary: Mapping[str, tuple[str, ...]] = {}
+    # The matcher's precomputed index (triage.core.matcher.build_index_data), when loaded from
+    # compiled.json; None means the matcher builds it from the entries.
+    match_index: Mapping[str, object] | None = None
+
+    def entry(self, entry_id: str) -> Entry | None:
+        """Look an entry up by id, forgiving case and zero padding (d09, D9, d9)."""
+        return self.entries.get(normalize_id(entry_id))
+
+    def section_title(self, section_id: str) -> str:
+        for section in self.sections:
+            if section.id == section_id:
+                return section.title
+        return section_id
+
+
+def to_plain(value: object) -> object:
+    """NamedTuples and tuples as JSON-ready dicts and lists, recursively."""
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):
+        return {k: to_plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, list | tuple):
+        return [to_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: to_plain(v) for k, v in value.items()}
+    return value
+
+
+def normalize_id(raw: str) -> str:
+    """'d09' -> 'D9', 'mn01' -> 'MN1'; anything else is returned upper-cased."""
+    text = raw.strip().upper()
+    prefix = text.rstrip("0123456789")
+    digits = text[len(prefix) :]
+    if prefix and digits:
+        return f"{prefix}{int(digits)}"
+    return text
+
+
+def file_prefix(entry_id: str) -> str:
+    """'D9' -> 'D09', the prefix an entry's file name must carry."""
+    prefix = entry_id.rstrip("0123456789")
+    digits = entry_id[len(prefix) :]
+    return f"{prefix}{int(digits):02d}" if digits else entry_id

@@ -1,0 +1,72 @@
+"""What the user's own words point at: an option of the current question, or entries elsewhere.
+
+The search box and free-text answers share this. The ranking itself is the matcher's (the same as
+`triage ask`); this module only decides the order in which the two kinds of hit are offered, so
+that Enter does the obvious thing: at the start, a strong entry match opens that entry; mid-walk,
+words that fit an option answer the question, and words that fit no option but describe another
+problem name the entries triage now suspects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from triage.core.model import KnowledgeBase, QuestionNode
+
+# rank_options scores below this are not offered as an answer: the words probably mean something else.
+OPTION_MIN = 0.6
+MAX_OPTIONS = 2
+MAX_ENTRIES = 5
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """One row of suggestions: an option of the question at hand, or an entry to jump to."""
+
+    kind: Literal["option", "entry"]
+    label: str
+    score: float
+    option: int | None = None  # 0-based index into the question's options
+    entry_id: str | None = None
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Suggestions:
+    items: tuple[Suggestion, ...]
+    verdict: str  # the matcher's verdict on the entries: match, no_match or out_of_scope
+    different_symptom: bool  # mid-walk, the words fit no option but do describe an entry
+
+    @property
+    def entries(self) -> tuple[Suggestion, ...]:
+        return tuple(item for item in self.items if item.kind == "entry")
+
+    @property
+    def first(self) -> Suggestion | None:
+        return self.items[0] if self.items else None
+
+
+NOTHING = Suggestions((), "no_match", False)
+
+
+def suggest(kb: KnowledgeBase, node: QuestionNode | None, text: str, *, at_start: bool) -> Suggestions:
+    """Rank the question's options and the knowledge base's entries for `text`, best offer first."""
+    if not text.strip():
+        return NOTHING
+    from triage.core.matcher import rank, rank_options
+
+    match = rank(kb, text, top=MAX_ENTRIES)
+    options: list[Suggestion] = []
+    if node is not None:
+        for index, score in rank_options(node, text, kb)[:MAX_OPTIONS]:
+            if score >= OPTION_MIN:
+                options.append(Suggestion("option", node.options[index].label, score, option=index))
+    entries = [
+        Suggestion("entry", hit.entry.title, hit.score, entry_id=hit.entry.id, reasons=hit.reasons)
+        for hit in match.hits
+    ]
+    strong = match.verdict in ("match", "out_of_scope") and bool(entries)
+    # At the start the box is a search box: a strong entry match comes first, so Enter opens it.
+    items = [*entries, *options] if (at_start and strong) or not options else [*options, *entries]
+    return Suggestions(tuple(items), match.verdict, different_symptom=strong and not options and not at_start)

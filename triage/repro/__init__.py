@@ -1,0 +1,158 @@
+"""Failure reproductions: small real training scripts that fail the way knowledge entries describe.
+
+Each scenario runs real torch (gloo, CPU) under the launcher a user would use, bounded in time by
+short collective timeouts and a hard wall-clock limit, and is cleaned up afterwards (see
+triage.repro.runner). `triage repro ID` runs one and then diagnoses its output; the tests run
+every one and check the diagnosis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from triage.repro.settings import SETTINGS, Setting
+
+HERE = Path(__file__).resolve().parent / "scripts"
+# torch's CPU build segfaults (exit -11) when a DDP model is built under DETAIL: the run then shows
+# a segfault (P6), not the failure the scenario is about.
+_DDP_UNDER_DETAIL = {
+    "debug-detail": "this torch build segfaults building DDP under TORCH_DISTRIBUTED_DEBUG=DETAIL"
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    id: str  # the scenario's name on the command line (the entry it reproduces, mostly)
+    title: str
+    script: str  # file in this package
+    expect: str  # the entry `triage log` must rank first on its output
+    first_rank: int | None  # the rank that fails first (None: no rank, e.g. a launcher error)
+    launch: str = "torchrun"  # "torchrun" | "python" | "two-jobs"
+    bound_s: float = 60.0  # hard wall-clock limit for the whole run
+    env: dict[str, str] = field(default_factory=dict)
+    torchrun_args: tuple[str, ...] = ()
+    also: tuple[str, ...] = ()  # entries that should appear among the next diagnoses
+    # settings (triage.repro.settings) this scenario is not run in, and why
+    skip: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return HERE / self.script
+
+    def settings(self) -> tuple[Setting, ...]:
+        """The settings this scenario runs in: torchrun's own options need torchrun."""
+        found = []
+        for item in SETTINGS:
+            if item.name in self.skip:
+                continue
+            if self.launch == "python" and (item.torchrun_args or item.log_dir):
+                continue
+            found.append(item)
+        return tuple(found)
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        "D1",
+        "init_process_group run with plain `python`, no launcher",
+        "init_without_launcher.py",
+        expect="D1",
+        first_rank=None,
+        launch="python",
+        bound_s=30,
+    ),
+    Scenario(
+        "D4",
+        "a second torchrun on the master port the first job holds",
+        "train_port_holder.py",
+        expect="D4",
+        first_rank=None,
+        launch="two-jobs",
+        bound_s=60,
+    ),
+    Scenario(
+        "D8",
+        "a DDP parameter that never receives a gradient",
+        "train_unused_param.py",
+        expect="D8",
+        first_rank=None,  # every rank fails the same way; any of them may print first
+        skip=_DDP_UNDER_DETAIL,
+    ),
+    Scenario(
+        "D9",
+        "rank 1 has fewer batches than rank 0 (caught by Join)",
+        "train_uneven.py",
+        expect="D9",
+        first_rank=None,  # both ranks raise at the same step; print order varies
+        also=("D22",),
+        skip=_DDP_UNDER_DETAIL,
+    ),
+    Scenario(
+        "D19",
+        "an all-reduce only rank 0 calls, under TORCH_DISTRIBUTED_DEBUG=DETAIL",
+        "train_rank0_collective.py",
+        expect="D19",
+        first_rank=None,  # both ranks detect the mismatch at once
+        env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+        also=("D21",),
+        skip={
+            "debug-info": "the scenario is the DETAIL run; INFO would not report the mismatch",
+            "debug-detail": "the scenario already runs under DETAIL",
+        },
+    ),
+    Scenario(
+        "D21",
+        "an all-reduce only rank 0 calls, then a barrier on every rank",
+        "train_rank0_collective.py",
+        expect="D21",
+        first_rank=None,  # both ranks time out in their own collective
+        also=("MN3",),
+        skip={"debug-detail": "under DETAIL torch names the mismatch itself: that run is the D19 scenario"},
+    ),
+    Scenario(
+        "D20",
+        "rank 1 raises on a NaN loss while rank 0 waits in the all-reduce",
+        "train_diverged.py",
+        expect="D20",
+        first_rank=1,
+        skip=_DDP_UNDER_DETAIL,
+    ),
+    Scenario(
+        "MN3",
+        "rank 1 stalls longer than the collective timeout",
+        "train_straggler.py",
+        expect="MN3",
+        first_rank=0,  # the rank that times out first; the straggler itself reports nothing
+        skip=_DDP_UNDER_DETAIL,
+    ),
+    Scenario(
+        "MN5",
+        "torchrun --max-restarts relaunches a job that never reloads its checkpoint",
+        "train_restart.py",
+        expect="MN5",
+        first_rank=1,
+        bound_s=90,
+        # INFO makes torchrun print its restart decisions; restarting needs its own store here.
+        env={"LOGLEVEL": "INFO", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
+        torchrun_args=("--max-restarts=1",),
+        skip=_DDP_UNDER_DETAIL,
+    ),
+    Scenario(
+        "D23",
+        "every rank saves the same checkpoint file at once",
+        "train_same_checkpoint.py",
+        expect="D23",
+        first_rank=0,
+    ),
+)
+
+
+def find(scenario_id: str) -> Scenario | None:
+    from triage.core.model import normalize_id
+
+    wanted = normalize_id(scenario_id)
+    for scenario in SCENARIOS:
+        if scenario.id == wanted:
+            return scenario
+    return None
