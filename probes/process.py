@@ -34,6 +34,7 @@ def result_from_json(text: str) -> ProbeResult:
         evidence=tuple(Evidence(str(e["source"]), str(e["output"])) for e in data.get("evidence", ())),
         duration_s=float(data.get("duration_s", 0.0)),
         summary=str(data.get("summary", "")),
+        flagged=tuple(str(f) for f in data.get("flagged", ())),
     )
 
 

@@ -49,6 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--accelerate-config", metavar="PATH", help="the Accelerate config file to inspect")
     parser.add_argument("--deepspeed-config", metavar="PATH", help="the DeepSpeed JSON to inspect")
+    parser.add_argument(
+        "--script",
+        metavar="PATH",
+        help="your training script: triage lint reads it and its findings branch the walk",
+    )
 
 
 def parse_answers(raw: list[str], session: Session) -> dict[str, str]:
@@ -78,6 +83,7 @@ def parse_answers(raw: list[str], session: Session) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from probes.lint import script_path
     from probes.runners import NoProbes, default_runner
     from triage.core.facts import ProbeOptions
     from triage.core.session import Session
@@ -85,15 +91,17 @@ def run(args: argparse.Namespace) -> int:
 
     if args.probe_timeout <= 0:
         raise UserError("--probe-timeout must be a positive number of seconds")
-    session = Session(load_kb())
-    session.answers.update(parse_answers(args.answer, session))
-    session.position  # noqa: B018 (validates the given answers now, before any prompt)
-    runner = NoProbes("probes switched off (--no-probes)") if args.no_probes else default_runner()
     options = ProbeOptions(
         timeout_s=args.probe_timeout,
         accelerate_config=args.accelerate_config,
         deepspeed_config=args.deepspeed_config,
+        script=script_path(args.script) if args.script else None,
     )
+    session = Session(load_kb())
+    session.skip_probes(options.missing_inputs())
+    session.answers.update(parse_answers(args.answer, session))
+    session.position  # noqa: B018 (validates the given answers now, before any prompt)
+    runner = NoProbes("probes switched off (--no-probes)") if args.no_probes else default_runner()
     out = sys.stderr if args.json else sys.stdout
     walker = PlainWalk(session, runner, options, out, interactive=sys.stdin.isatty())
     entry = walker.walk()
@@ -263,6 +271,7 @@ def walk_json(session: Session, entry: Entry, *, jumped: bool) -> dict[str, Any]
         "trail": [
             {"node": s.node, "prompt": s.prompt, "answer": s.answer, "target": s.target, "via": s.via}
             for s in position.trail
+            if not session.skipped_step(s)
         ],
         "answers": dict(session.answers),
         "probes": [

@@ -30,6 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accelerate-config", metavar="PATH", help="the Accelerate config file to inspect")
     parser.add_argument("--deepspeed-config", metavar="PATH", help="the DeepSpeed JSON to inspect")
     parser.add_argument(
+        "--script",
+        metavar="PATH",
+        help="your training script: triage lint reads it and its findings branch the walk",
+    )
+    parser.add_argument(
         "--report-dir",
         type=Path,
         metavar="DIR",
@@ -41,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from probes.lint import script_path
     from probes.runners import NoProbes
     from triage.core.errors import UserError
     from triage.core.facts import ProbeOptions
@@ -60,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.probe_timeout,
         accelerate_config=args.accelerate_config,
         deepspeed_config=args.deepspeed_config,
+        script=script_path(args.script) if args.script else None,
     )
     runner = NoProbes("probes switched off (--no-probes)") if args.no_probes else None
     app = make_app(

@@ -1,0 +1,178 @@
+"""How data reaches the ranks (D9, D22).
+
+TRG009: data split per rank in a way that can give ranks different numbers of batches
+        (`data[rank::world_size]`, an IterableDataset that shards by rank, `split_dataset_by_node`)
+        in a gradient-synchronising script that never uses `Join`.
+TRG022: a shuffling DistributedSampler whose `set_epoch` is never called.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from triage.core.lint.context import Context
+from triage.core.lint.model import Finding, Rule
+from triage.core.lint.patterns import WorldSize
+
+TRG009 = Rule(
+    code="TRG009",
+    entry="D9",
+    severity="warning",
+    name="uneven-rank-data",
+    message="the data is split per rank without equal lengths, so ranks can run different numbers of steps",
+    fix="shard with DistributedSampler (it pads to equal lengths), truncate every rank to a common length, or wrap the loop in Join",
+    fact="lint.uneven_rank_data",
+    finds=(
+        "In a script that synchronises gradients (DDP, FSDP, DeepSpeed) and never uses"
+        " `torch.distributed.algorithms.join.Join`: slicing by rank (`items[rank::world_size]`), an"
+        " `IterableDataset` subclass that reads the rank to shard its stream, and `split_dataset_by_node`."
+    ),
+    why=(
+        "Every backward ends with an all-reduce, so every rank must run the same number of steps."
+        " `len(data)` not divisible by the world size, or streams of different lengths, give one rank"
+        " fewer batches: it leaves the loop, the others wait in their next all-reduce, and the job"
+        " freezes on the last step until the collective timeout."
+    ),
+    example=(
+        "import torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "model = DDP(model, device_ids=[local_rank])\n"
+        "rank, world = dist.get_rank(), dist.get_world_size()\n"
+        "shard = files[rank::world]\n"
+    ),
+    fixed=(
+        "import torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "model = DDP(model, device_ids=[local_rank])\n"
+        "rank, world = dist.get_rank(), dist.get_world_size()\n"
+        "usable = len(files) // world * world  # the same count on every rank\n"
+        "shard = files[:usable][rank::world]\n"
+    ),
+)
+TRG022 = Rule(
+    code="TRG022",
+    entry="D22",
+    severity="warning",
+    name="sampler-without-set-epoch",
+    message="DistributedSampler shuffles, but set_epoch is never called: every epoch replays the same order",
+    fix="call `sampler.set_epoch(epoch)` at the start of every epoch",
+    fact="lint.sampler_without_set_epoch",
+    finds=(
+        "`DistributedSampler(...)` with shuffling on (the default) in a script that never calls"
+        " `.set_epoch(...)` on anything. Lightning and the HF Trainer call it themselves and are not"
+        " reported."
+    ),
+    why=(
+        "The sampler's permutation comes from `seed + epoch`, and the epoch changes only through"
+        " `set_epoch`. Without it every epoch sees the same batches in the same order with the same"
+        " per-rank split; nothing errors, the model just sees less variety than the curve suggests."
+    ),
+    example=(
+        "from torch.utils.data import DataLoader\nfrom torch.utils.data.distributed import DistributedSampler\n\n"
+        "sampler = DistributedSampler(dataset)\n"
+        "loader = DataLoader(dataset, batch_size=32, sampler=sampler)\n"
+        "for epoch in range(epochs):\n"
+        "    for batch in loader:\n"
+        "        train_step(batch)\n"
+    ),
+    fixed=(
+        "from torch.utils.data import DataLoader\nfrom torch.utils.data.distributed import DistributedSampler\n\n"
+        "sampler = DistributedSampler(dataset)\n"
+        "loader = DataLoader(dataset, batch_size=32, sampler=sampler)\n"
+        "for epoch in range(epochs):\n"
+        "    sampler.set_epoch(epoch)\n"
+        "    for batch in loader:\n"
+        "        train_step(batch)\n"
+    ),
+)
+RULES = (TRG009, TRG022)
+
+_PADDING_WORDS = ("total_size", "num_samples", "pad", "drop_last", "min(")
+
+
+def _synchronises(ctx: Context) -> bool:
+    return ctx.wrappers.of_kind("ddp", "fsdp", "fsdp2", "deepspeed")
+
+
+def _padded_nearby(ctx: Context, node: ast.AST) -> bool:
+    """A custom sampler that pads or truncates before slicing (`indices += indices[:pad]`) is even."""
+    scope = ctx.script.scope_of(node)
+    text = ast.get_source_segment(ctx.script.source, scope) if not isinstance(scope, ast.Module) else ""
+    return any(word in (text or "") for word in _PADDING_WORDS)
+
+
+def _check_uneven(ctx: Context) -> Iterator[Finding]:
+    script = ctx.script
+    if not _synchronises(ctx) or "Join" in script.imports or any(script.calls("Join")):
+        return
+    world = WorldSize(script)
+    for node in ast.walk(script.tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
+            part = node.slice
+            if part.lower is None or part.step is None or part.upper is not None or _truncated(node.value):
+                continue
+            scope = script.scope_of(node)
+            if (
+                ctx.ranks.rank_kind(part.lower, scope)
+                and world.is_world_size(part.step)
+                and not _padded_nearby(ctx, node)
+            ):
+                yield ctx.finding(
+                    TRG009,
+                    node,
+                    f"`{script.text(node, 40)}` gives ranks different counts whenever the length is not a multiple"
+                    " of the world size: the short rank leaves the loop and the others hang in their all-reduce",
+                )
+        elif isinstance(node, ast.ClassDef) and _iterable_dataset(ctx, node):
+            yield ctx.finding(
+                TRG009,
+                node,
+                f"IterableDataset `{node.name}` shards its stream by rank: unless every rank's share has the same"
+                " length, one rank stops early and the others hang; truncate to a common length or use Join",
+            )
+    for call in script.calls("split_dataset_by_node"):
+        yield ctx.finding(
+            TRG009,
+            call.node,
+            "split_dataset_by_node() can give ranks different numbers of examples (uneven shards or stream"
+            " lengths): one rank finishes early and the others hang in their all-reduce; use Join or equalise",
+        )
+
+
+def _truncated(expr: ast.AST) -> bool:
+    """`items[:n][rank::world]`: cut to a common length first."""
+    return (
+        isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Slice) and expr.slice.upper is not None
+    )
+
+
+def _iterable_dataset(ctx: Context, node: ast.ClassDef) -> bool:
+    bases = [(ctx.script.qual(b) or "").rsplit(".", 1)[-1] for b in node.bases]
+    if "IterableDataset" not in bases:
+        return False
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Name | ast.Attribute | ast.Call) and ctx.ranks.rank_kind(
+            inner, ctx.script.scope_of(inner)
+        ):
+            return not _padded_nearby(ctx, inner)
+    return False
+
+
+def _check_set_epoch(ctx: Context) -> Iterator[Finding]:
+    script = ctx.script
+    if script.frameworks & {"lightning", "hf_trainer"} or any(script.calls("set_epoch")):
+        return
+    for call in script.calls("DistributedSampler"):
+        shuffle = call.kwarg("shuffle")
+        if isinstance(shuffle, ast.Constant) and shuffle.value is False:
+            continue
+        yield ctx.finding(
+            TRG022,
+            call.node,
+            "this DistributedSampler shuffles, but nothing calls set_epoch(): every epoch uses epoch 0's"
+            " permutation (same batches, same order); call sampler.set_epoch(epoch) each epoch",
+        )
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    yield from _check_uneven(ctx)
+    yield from _check_set_epoch(ctx)
