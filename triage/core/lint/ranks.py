@@ -124,9 +124,11 @@ class RankModel:
         self.pred_functions: dict[str, Side] = {}
         self.spawn_targets: dict[str, FunctionNode] = self._spawn_targets()
         self.launcher_functions = self._launcher_functions()
+        self.param_kinds: dict[tuple[ast.AST, str], RankKind] = {}
         for _ in range(3):  # names built from names built from helpers: a few rounds settle it
             self._collect_names()
             self._collect_functions()
+            self._collect_params()
         self.gates: dict[ast.stmt, Gate] = {}
         self._walk_scopes()
         self.function_gates = self._function_gates()
@@ -169,6 +171,9 @@ class RankModel:
             found = self._lookup(self.values, expr.id, scope)
             if found is not None:
                 return cast(RankKind, found)
+            passed = self.param_kinds.get((scope, expr.id))
+            if passed is not None:
+                return passed
             if self._spawned_index(expr.id, scope):
                 return "local"
             return self._by_name(expr.id)
@@ -217,7 +222,7 @@ class RankModel:
         """Which ranks a condition holds on: only rank 0, only the others, some; None: all alike."""
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             inner = self.side(test.operand, scope)
-            return negate(inner) if inner else None
+            return negate(inner) if inner and self.negatable(test.operand, scope) else None
         if isinstance(test, ast.BoolOp):
             sides = {s for s in (self.side(v, scope) for v in test.values) if s}
             if not sides:
@@ -246,6 +251,21 @@ class RankModel:
         if isinstance(test, ast.NamedExpr):
             return self.side(test.value, scope)
         return None
+
+    def negatable(self, test: ast.AST, scope: Scope) -> bool:
+        """Whether `not test` holds on some ranks only too, so an `else`, or the code after
+        `if test: return`, is gated. `is_main and step % 10 == 0` is not: its negation holds on
+        every rank at most steps."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self.side(test.operand, scope) is not None
+        if isinstance(test, ast.NamedExpr):
+            return self.negatable(test.value, scope)
+        if isinstance(test, ast.BoolOp):
+            ranked = [v for v in test.values if self.side(v, scope) is not None]
+            if isinstance(test.op, ast.And) and len(ranked) != len(test.values):
+                return False
+            return all(self.negatable(v, scope) for v in ranked)
+        return self.side(test, scope) is not None
 
     def _compare(self, test: ast.Compare, scope: Scope) -> Side | None:
         if len(test.ops) != 1:
@@ -332,6 +352,25 @@ class RankModel:
                         self.pred_functions[name] = side
                         break
 
+    def _collect_params(self) -> None:
+        """A parameter that every call in this file passes the same kind of rank is that kind:
+        `ddp_setup(rank, ...)` called from an mp.spawn worker with its local index."""
+        seen: dict[tuple[ast.AST, str], set[RankKind | None]] = {}
+        for call in self.script.call_list:
+            function = self.script.local_function(call.node)
+            if function is None:
+                continue
+            params = [a.arg for a in function.args.posonlyargs + function.args.args]
+            if params and params[0] in ("self", "cls") and isinstance(call.node.func, ast.Attribute):
+                params = params[1:]
+            pairs = list(zip(params, call.node.args, strict=False))
+            pairs += [(k.arg, k.value) for k in call.node.keywords if k.arg in params]
+            for param, arg in pairs:
+                seen.setdefault((function, param), set()).add(self.rank_kind(arg, call.scope))
+        for key, kinds in seen.items():
+            if len(kinds) == 1 and None not in kinds:
+                self.param_kinds[key] = kinds.pop()  # type: ignore[assignment]
+
     # -- processes -------------------------------------------------------------------------
 
     def _spawn_targets(self) -> dict[str, FunctionNode]:
@@ -416,10 +455,13 @@ class RankModel:
                     continue
                 test = self.script.text(stmt.test, 50)
                 inside = Gate(side, stmt.lineno, f"inside `if {test}:` at line {stmt.lineno}")
+                self._walk(stmt.body, self._combine(current, inside), scope)
+                if not self.negatable(stmt.test, scope):
+                    self._walk(stmt.orelse, current, scope)
+                    continue
                 other = Gate(
                     negate(side), stmt.lineno, f"in the `else` of `if {test}:` at line {stmt.lineno}"
                 )
-                self._walk(stmt.body, self._combine(current, inside), scope)
                 self._walk(stmt.orelse, self._combine(current, other), scope)
                 exit_word = _exit_word(stmt.body)
                 if exit_word and not stmt.orelse:

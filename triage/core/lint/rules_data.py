@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.patterns import WorldSize
+from triage.core.lint.patterns import WorldSize, is_backward
+from triage.core.lint.script import Call, Scope, dotted
 
 TRG009 = Rule(
     code="TRG009",
@@ -26,7 +27,8 @@ TRG009 = Rule(
     finds=(
         "In a script that synchronises gradients (DDP, FSDP, DeepSpeed) and never uses"
         " `torch.distributed.algorithms.join.Join`: slicing by rank (`items[rank::world_size]`), an"
-        " `IterableDataset` subclass that reads the rank to shard its stream, and `split_dataset_by_node`."
+        " `IterableDataset` subclass that reads the rank to shard its stream, `split_dataset_by_node`, and a"
+        " training loop whose number of steps depends on the rank (`range(n + rank)`, a list built from one)."
     ),
     why=(
         "Every backward ends with an all-reduce, so every rank must run the same number of steps."
@@ -86,6 +88,7 @@ TRG022 = Rule(
 )
 RULES = (TRG009, TRG022)
 
+_EVAL_WORDS = ("val", "test", "eval")
 _PADDING_WORDS = ("total_size", "num_samples", "pad", "drop_last", "min(")
 
 
@@ -129,6 +132,7 @@ def _check_uneven(ctx: Context) -> Iterator[Finding]:
                 f"IterableDataset `{node.name}` shards its stream by rank: unless every rank's share has the same"
                 " length, one rank stops early and the others hang; truncate to a common length or use Join",
             )
+    yield from _check_rank_loops(ctx)
     for call in script.calls("split_dataset_by_node"):
         yield ctx.finding(
             TRG009,
@@ -136,6 +140,60 @@ def _check_uneven(ctx: Context) -> Iterator[Finding]:
             "split_dataset_by_node() can give ranks different numbers of examples (uneven shards or stream"
             " lengths): one rank finishes early and the others hang in their all-reduce; use Join or equalise",
         )
+
+
+def _rank_dependent(ctx: Context, expr: ast.AST, scope: Scope) -> bool:
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name | ast.Attribute | ast.Call) and ctx.ranks.rank_kind(node, scope):
+            return True
+        if isinstance(node, ast.IfExp) and ctx.ranks.side(node.test, scope):
+            return True
+    return False
+
+
+def _rank_length(ctx: Context, iterable: ast.AST, loop: ast.AST, depth: int = 0) -> ast.AST | None:
+    """The expression that makes a loop's length depend on the rank: `range(3 + 2 * rank)`, or a
+    list built from one (through one name assigned earlier in the same function)."""
+    scope = ctx.script.scope_of(loop)
+    if isinstance(iterable, ast.Call):
+        name = ctx.script.qual(iterable.func) or ""
+        if name == "range" and any(_rank_dependent(ctx, a, scope) for a in iterable.args):
+            return iterable
+        if name in ("enumerate", "list", "tuple", "sorted", "reversed") and iterable.args:
+            return _rank_length(ctx, iterable.args[0], loop, depth)
+    elif isinstance(iterable, ast.ListComp | ast.GeneratorExp):
+        for generator in iterable.generators:
+            found = _rank_length(ctx, generator.iter, loop, depth)
+            if found is not None:
+                return found
+    elif isinstance(iterable, ast.Name) and depth == 0:
+        for node in ast.walk(scope):
+            if (
+                isinstance(node, ast.Assign)
+                and node.lineno < getattr(loop, "lineno", 0)
+                and any(isinstance(t, ast.Name) and t.id == iterable.id for t in node.targets)
+            ):
+                return _rank_length(ctx, node.value, loop, depth + 1)
+    return None
+
+
+def _check_rank_loops(ctx: Context) -> Iterator[Finding]:
+    """A training loop whose number of steps depends on the rank."""
+    for loop in ast.walk(ctx.script.tree):
+        if not isinstance(loop, ast.For):
+            continue
+        cause = _rank_length(ctx, loop.iter, loop)
+        if cause is None:
+            continue
+        inner = {id(n) for n in ast.walk(loop) if isinstance(n, ast.Call)}
+        syncs = any(id(c.node) in inner and is_backward(c) for c in ctx.script.call_list)
+        if syncs:
+            yield ctx.finding(
+                TRG009,
+                loop,
+                f"the number of steps of this loop depends on the rank (`{ctx.script.text(cause, 40)}`): ranks run"
+                " different numbers of backward passes, and the ones with more hang in an all-reduce",
+            )
 
 
 def _truncated(expr: ast.AST) -> bool:
@@ -165,12 +223,35 @@ def _check_set_epoch(ctx: Context) -> Iterator[Finding]:
         shuffle = call.kwarg("shuffle")
         if isinstance(shuffle, ast.Constant) and shuffle.value is False:
             continue
+        data = call.node.args[0] if call.node.args else call.kwarg("dataset")
+        if data is not None and any(w in script.text(data, 80).lower() for w in _EVAL_WORDS):
+            continue  # an evaluation sampler: its order does not matter
+        if _handed_away(ctx, call):
+            continue
         yield ctx.finding(
             TRG022,
             call.node,
             "this DistributedSampler shuffles, but nothing calls set_epoch(): every epoch uses epoch 0's"
             " permutation (same batches, same order); call sampler.set_epoch(epoch) each epoch",
         )
+
+
+def _handed_away(ctx: Context, call: Call) -> bool:
+    """Whether the sampler is passed to code in another module, which may call set_epoch itself."""
+    parent = ctx.script.parents.get(call.node)
+    names = {dotted(t) for t in parent.targets} if isinstance(parent, ast.Assign) else set()
+    names.discard("")
+    if not names:
+        return False
+    for other in ctx.script.call_list:
+        args = [*other.node.args, *(k.value for k in other.node.keywords)]
+        if not any(dotted(a) in names for a in args):
+            continue
+        if other.name.startswith("torch") or other.tail == "DataLoader":
+            continue
+        if ctx.script.local_function(other.node) is None:
+            return True
+    return False
 
 
 def check(ctx: Context) -> Iterator[Finding]:

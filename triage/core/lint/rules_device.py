@@ -163,7 +163,7 @@ def _cuda_indices(expr: ast.AST) -> Iterator[ast.AST]:
 def _device_args(call: Call) -> Iterator[ast.AST]:
     """Expressions a call uses as a CUDA device or device index."""
     node, tail, name = call.node, call.tail, call.name
-    if tail == "set_device" and name.startswith("torch.cuda") and node.args:
+    if tail in ("set_device", "set_device_index") and name.startswith("torch.") and node.args:
         yield node.args[0]
     elif name == "torch.device" and node.args:
         first = node.args[0]

@@ -97,7 +97,10 @@ def _check_timeout(ctx: Context) -> Iterator[Finding]:
     for call in ctx.script.calls("init_process_group", "init_distributed"):
         if not call.name.startswith(("torch.distributed", "deepspeed")) or call.has_star_kwargs():
             continue
-        if call.kwarg("timeout") is not None:
+        backend = call.kwarg("backend") or (call.node.args[0] if call.node.args else None)
+        if call.kwarg("timeout") is not None or (
+            isinstance(backend, ast.Constant) and backend.value == "fake"
+        ):
             continue
         yield ctx.finding(
             TRG040,

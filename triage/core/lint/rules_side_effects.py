@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
 from triage.core.lint.patterns import loops_of
-from triage.core.lint.script import Call
+from triage.core.lint.script import Call, dotted
 
 TRG023 = Rule(
     code="TRG023",
@@ -105,12 +105,24 @@ def _mentions_rank(ctx: Context, expr: ast.AST, call: Call) -> bool:
     return False
 
 
+def _in_memory(ctx: Context, target: ast.AST, call: Call) -> bool:
+    """`torch.save(obj, buffer)` into an io.BytesIO made in the same function writes no file."""
+    if not isinstance(target, ast.Name):
+        return False
+    for node in ast.walk(call.scope):
+        if isinstance(node, ast.Assign) and any(dotted(t) == target.id for t in node.targets):
+            value = node.value
+            if isinstance(value, ast.Call) and (ctx.script.qual(value.func) or "").endswith("BytesIO"):
+                return True
+    return False
+
+
 def _write(ctx: Context, call: Call) -> str | None:
     """The message for a write every rank should not do; None when the call is not one."""
     name, tail = call.name, call.tail
     if name == "torch.save":
         target = call.node.args[1] if len(call.node.args) > 1 else call.kwarg("f")
-        if target is None or _mentions_rank(ctx, target, call):
+        if target is None or _mentions_rank(ctx, target, call) or _in_memory(ctx, target, call):
             return None
         return f"torch.save() runs on every rank and the path does not contain the rank: {_SAME_FILE}"
     if tail == "save_file" and name.startswith("safetensors"):
@@ -136,6 +148,9 @@ def _check_writes(ctx: Context) -> Iterator[Finding]:
     for call in ctx.script.call_list:
         message = _write(ctx, call)
         if message is not None and _everyone(ctx, call):
+            gate = ctx.ranks.effective_gate(call.node)
+            if gate is not None:  # the other ranks, all of them
+                message = message.replace("on every rank", f"on every rank but rank 0 ({gate.where})", 1)
             yield ctx.finding(TRG023, call.node, message)
 
 
