@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from triage.core.errors import UserError
+from probes.lint import script_path
 from triage.core.facts import ProbeOptions
 
 MAX_TIMEOUT_S = 3600.0
@@ -40,6 +41,11 @@ def add_probe_arguments(
     parser.add_argument(
         "--peer-host", metavar="HOST", help="a host the net probe may contact (route and master-port check)"
     )
+    parser.add_argument(
+        "--script",
+        metavar="PATH",
+        help="your training script: the lint probe reads it (triage lint) and its findings branch the walk",
+    )
     parser.set_defaults(probe_timeout_flag=timeout_flag)
 
 
@@ -64,4 +70,5 @@ def probe_options(args: argparse.Namespace) -> ProbeOptions:
         accelerate_config=args.accelerate_config,
         deepspeed_config=args.deepspeed_config,
         peer_host=args.peer_host,
+        script=script_path(args.script) if getattr(args, "script", None) else None,
     )

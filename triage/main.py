@@ -26,7 +26,7 @@ DEFAULT_COMMAND = "tui"  # `triage` with no arguments opens the interactive app 
 _CLI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli")
 # Commands that belong to a front end other than the terminal one.
 _FRONT_END_COMMANDS = {"tui": "triage.tui.command", "docs": "triage.site.command"}
-_GLOBAL_OPTIONS_WITH_VALUE = ("--kb",)
+_GLOBAL_OPTIONS_WITH_VALUE = ("--kb", "--script")
 
 
 def _command_names() -> list[str]:
@@ -89,6 +89,12 @@ def build_parser(modules: dict[str, ModuleType]) -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-color", action="store_true", help="plain output even on a terminal (NO_COLOR works too)"
     )
+    parser.add_argument(
+        "--script",
+        dest="global_script",
+        metavar="PATH",
+        help="your training script, for the commands that read it (the app, walk, probe): same as their --script",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in sorted(modules.items()):
         command = sub.add_parser(
@@ -119,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
             return Exit.OK
         if args.command is None:
             args = parser.parse_args([*argv, name])
+        if args.global_script is not None:
+            if not hasattr(args, "script"):
+                raise UserError(f"--script: `triage {name}` does not read a training script")
+            args.script = args.script or args.global_script
         return int(modules[name].run(args))
     except UserError as exc:
         print(f"triage: error: {exc}", file=sys.stderr)

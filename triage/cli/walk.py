@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
     options = probe_options(args)
     session = Session(load_kb())
+    session.skip_probes(options.missing_inputs())
     session.answers.update(parse_answers(args.answer, session))
     session.position  # noqa: B018 (validates the given answers now, before any prompt)
     runner = NoProbes("probes switched off (--no-probes)") if args.no_probes else default_runner()
@@ -250,6 +251,7 @@ def walk_json(session: Session, entry: Entry, *, jumped: bool) -> dict[str, Any]
         "trail": [
             {"node": s.node, "prompt": s.prompt, "answer": s.answer, "target": s.target, "via": s.via}
             for s in position.trail
+            if not session.skipped_step(s)
         ],
         "answers": dict(session.answers),
         "probes": [

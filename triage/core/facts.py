@@ -66,12 +66,17 @@ class ProbeResult:
 
 @dataclass(frozen=True)
 class ProbeOptions:
-    """What the user told triage: a timeout, paths to configs, a host they allow probing."""
+    """What the user told triage: a timeout, paths to configs, a host they allow probing, a script."""
 
     timeout_s: float = 10.0
     accelerate_config: str | None = None
     deepspeed_config: str | None = None
     peer_host: str | None = None
+    script: str | None = None  # a training script for the lint probe to read
+
+    def missing_inputs(self) -> tuple[str, ...]:
+        """Probes that cannot run at all with these options: the lint probe needs a script."""
+        return () if self.script else ("lint",)
 
 
 class ProbeRunner(Protocol):

@@ -57,6 +57,7 @@ class TriageApp(App[None]):
         self.report_dir = report_dir
         self.clock = clock
         self.session = Session(kb)
+        self.session.skip_probes(self.probe_options.missing_inputs())
         self.theme = theme
 
     def get_default_screen(self) -> Screen[None]:

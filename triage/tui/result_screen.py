@@ -112,7 +112,8 @@ class ResultScreen(Screen[ResultAction | None]):
         lines: list[str] = []
         if self.how:
             lines.append(self.how)
-        for number, step in enumerate(self.trail, 1):
+        shown = [step for step in self.trail if not self.session.skipped_step(step)]
+        for number, step in enumerate(shown, 1):
             node = self.session.kb.graph.nodes.get(step.node)
             if isinstance(node, ProbeNode):
                 probe = self.session.probe_name(node)
