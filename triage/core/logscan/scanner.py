@@ -76,7 +76,8 @@ class Scan:
     events: list[Event] = field(default_factory=list)
     lines: int = 0  # lines scanned (all of them, not only candidates)
     candidates: int = 0  # lines that passed the prefilter
-    hits: int = 0  # signature hits, including those not kept
+    hits: int = 0  # signature hits, including those not kept (a line can hold several)
+    hit_lines: int = 0  # lines with at least one signature hit
     dropped: int = 0  # events not kept because of MAX_EVENTS
     ranks_seen: set[int] = field(default_factory=set)
     root_cause_rank: int | None = None  # the rank torchrun's summary calls the root cause
@@ -179,6 +180,7 @@ class Scanner:
 
         explained = False
         echoed = False
+        hits_before = self.scan.hits
         for position in candidates:
             item = self.signatures.signatures[position]
             if item.regex.search(body) or (body is not line and item.regex.search(line)):
@@ -186,6 +188,8 @@ class Scanner:
                 self._hit(item.entry_id, sig.weight, sig.echo, sig.note, source, number, rank, when, short)
                 explained = explained or _explains(sig)
                 echoed = echoed or sig.echo
+        if self.scan.hits > hits_before:
+            self.scan.hit_lines += 1
 
         self._structure(source, number, rank, when, body, short, explained or echoed)
 
