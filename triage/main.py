@@ -20,6 +20,7 @@ from typing import TextIO
 from triage import __version__
 from triage.core.errors import UserError
 from triage.core.exitcodes import Exit
+from triage.core.termination import Terminated, install_signal_handlers
 
 DEFAULT_COMMAND = "tui"  # `triage` with no arguments opens the interactive app when installed
 
@@ -167,6 +168,7 @@ class _PipeSafeStdout:
 
 def main(argv: list[str] | None = None) -> int:
     debug = bool(os.environ.get("TRIAGE_DEBUG"))
+    install_signal_handlers()  # SIGTERM unwinds like Ctrl-C, so no child is left behind
     if not isinstance(sys.stdout, _PipeSafeStdout) and sys.stdout is not None:
         sys.stdout = _PipeSafeStdout(sys.stdout)
     try:
@@ -192,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("triage: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
+    except Terminated as exc:
+        print(f"triage: terminated (signal {exc.signum})", file=sys.stderr)
+        return 128 + exc.signum
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): not an error worth a traceback.
         sys.stderr.close()
