@@ -145,7 +145,7 @@ def test_merge_refuses_what_is_not_a_node_report(run_cli: Run, tmp_path: Path) -
     assert "no such file" in one_error_line(
         run_cli("report", "merge", str(good), str(tmp_path / "nope.json"))
     )
-    assert "not a regular file" in one_error_line(run_cli("report", "merge", str(good), str(tmp_path)))
+    assert "a directory" in one_error_line(run_cli("report", "merge", str(good), str(tmp_path)))
     typo = run_cli("report", "mrege", "a.json")
     assert typo.returncode == 2 and b"invalid choice: 'mrege'" in typo.stderr
 

@@ -253,19 +253,11 @@ def _merge(files: list[str], *, as_json: bool, out: str | None) -> int:
 
 def _read_json(path: str) -> object:
     import json
-    from pathlib import Path
 
-    from triage.cli._common import decode_utf8
+    from triage.cli._common import read_text_file
 
-    file = Path(path)
-    if not file.is_file():
-        raise UserError(f"{path}: no such file" if not file.exists() else f"{path}: not a regular file")
-    with file.open("rb") as handle:
-        raw = handle.read(MAX_JSON_BYTES + 1)
-    if len(raw) > MAX_JSON_BYTES:
-        raise UserError(f"{path}: larger than {MAX_JSON_BYTES // 1_000_000} MB; not a triage report")
     try:
-        return json.loads(decode_utf8(raw, path))
+        return json.loads(read_text_file(path, limit=MAX_JSON_BYTES))
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
 

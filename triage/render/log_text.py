@@ -2,13 +2,15 @@
 
 One rendering for both, so the report says exactly what `triage log` says. The evidence shown for
 a diagnosis is each log line once (a line several signatures match is still one line), and never
-the launcher's bare failure summary (`error_file: <N/A>`, `ChildFailedError`) when it belongs to
-another entry: that says a worker failed, not which one or why.
+the launcher's bare failure summary (`error_file: <N/A>`, `ChildFailedError`, `Root Cause (first
+observed failure)`) nor another entry's echo without a rank: those say a worker failed, not which
+one or why.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 
 from triage.core.logscan.scanner import SIGTERM_EXIT, Event, Scan
@@ -83,8 +85,17 @@ def evidence(diagnosis: Diagnosis) -> list[Event]:
     return shown or list(diagnosis.evidence[:1])
 
 
+# torchrun's failure summary: it says that a worker failed, never which one failed first or why.
+LAUNCHER_BOILERPLATE = re.compile(
+    r"error_file:\s*<N/A>|Root Cause \(first observed failure\)|ChildFailedError|To enable traceback see",
+    re.IGNORECASE,
+)
+
+
 def _launcher_summary(event: Event, entry_id: str) -> bool:
-    return event.kind == "hit" and event.echo and event.rank is None and event.entry_id != entry_id
+    if event.kind != "hit" or not event.echo or event.rank is not None:
+        return False
+    return event.entry_id != entry_id or bool(LAUNCHER_BOILERPLATE.search(event.text))
 
 
 def evidence_line(scan: Scan, event: Event, indent: str = "    ") -> str:
