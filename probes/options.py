@@ -7,8 +7,8 @@ import argparse
 import math
 from pathlib import Path
 
-from triage.core.errors import UserError
 from probes.lint import script_path
+from triage.core.errors import UserError
 from triage.core.facts import ProbeOptions
 
 MAX_TIMEOUT_S = 3600.0

@@ -10,7 +10,7 @@ from typing import Any
 from triage.core.errors import UserError
 from triage.core.exitcodes import Exit
 
-HELP = "look at a hung job's ranks now: who waits in which collective, at which line, and why"
+HELP = "a hung job now: which rank waits where, and why"
 DESCRIPTION = (
     "Find the distributed job on this machine (torchrun, accelerate, deepspeed, srun workers, or any "
     "process with RANK/LOCAL_RANK in its environment), read every rank's Python stack with py-spy "

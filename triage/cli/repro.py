@@ -13,7 +13,7 @@ import sys
 from triage.core.errors import UserError
 from triage.core.exitcodes import Exit
 
-HELP = "run a real failure reproduction (CPU, gloo) and diagnose its output: triage repro D20"
+HELP = "watch a real failure happen on CPU, then diagnose it"
 DESCRIPTION = (
     "Run one of the bundled failure reproductions under real torch (gloo on CPU), bounded in time "
     "and cleaned up afterwards, print its output, then run `triage log` on that output. "
@@ -98,5 +98,5 @@ def _diagnose(output: str, name: str) -> int:
     source = scanner.source(f"repro-{name}.log")
     scanner.feed_block(source, output.encode("utf-8"), 1)
     verdict = decide(scanner.scan, kb)
-    log.print_verdict(scanner.scan, verdict, kb, top=3)
+    log.emit(log.verdict_text(scanner.scan, verdict, kb, top=3))
     return Exit.OK if verdict.found else Exit.NOT_FOUND

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from triage.core.model import Entry, ProbeNode, QuestionNode
     from triage.core.session import Session
 
-HELP = "walk the questions without the app (plain prompts; --answer NODE=N for scripts)"
+HELP = "the questions as plain prompts (--answer for scripts)"
 DESCRIPTION = (
     "Walk triage's decision graph with plain prompts on stdin/stdout. Answer with an option's number, its "
     'label, ? for "I don\'t know", b to go back, an entry id (e.g. D3) to jump there, or your own words. '

@@ -33,8 +33,8 @@ from triage.render.document import (
     md_inline,
     md_link,
 )
-from triage.render.verify import VERIFY_BADGE
 from triage.render.lint_page import RULES_PAGE, RULES_TITLE, rule_title
+from triage.render.verify import VERIFY_BADGE
 from triage.site import lint_pages
 from triage.site.diagram import layout, render_svg
 from triage.site.markdown_html import MarkdownHtml
