@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from probes.hang.discover import LOCAL_WORLD_VARS, WORLD_VARS, Proc, find_ranks
-from probes.hang.pyspy import StackUnreadable, pyspy_binary, sample
+from probes.hang.pyspy import StackUnreadable, missing_message, pyspy_binary, sample
 from probes.hang.sources import Sources
 from triage.core.hang.stacks import RankSample
 
@@ -89,8 +89,7 @@ def collect(
         ranks = chosen
     host = socket.gethostname()
     if pyspy_binary() is None:
-        missing = "py-spy is not installed, so no stack can be read (pip install py-spy)"
-        return [replace(_identity(p, host), error=missing) for p in ranks], notes, ranks
+        return [replace(_identity(p, host), error=missing_message()) for p in ranks], notes, ranks
     sources = Sources()
     deadline = time.monotonic() + 2 * timeout_s
     workers = min(len(ranks), 16, max(4, 2 * (os.cpu_count() or 1)))
