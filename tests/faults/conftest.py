@@ -1,23 +1,5 @@
-"""Fixtures for the probe tests."""
+"""Fixtures for the fault-injection tests: the probe tests' process marker."""
 
-from __future__ import annotations
+from tests.probes.conftest import marker
 
-import contextlib
-import os
-import uuid
-from collections.abc import Iterator
-
-import pytest
-
-from tests.probes.helpers import marked_pids
-
-
-@pytest.fixture
-def marker() -> Iterator[str]:
-    """A unique tag for the processes a test starts; any still alive at teardown are killed (the test
-    that leaked them fails on its own assertion first)."""
-    tag = uuid.uuid4().hex
-    yield tag
-    for pid in marked_pids(tag):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, 9)
+__all__ = ["marker"]
