@@ -27,7 +27,6 @@ DESCRIPTION = (
     "4 warn, 5 fail or error. Secrets in the environment are redacted in every output."
 )
 SCHEMA_VERSION = 1
-MAX_TIMEOUT_S = 3600.0
 EXIT_FOR_STATUS = {
     "ok": Exit.OK,
     "unavailable": Exit.OK,
@@ -60,24 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from pathlib import Path
+    from probes.configs import check_option
+    from triage.core.facts import ProbeOptions, check_timeout
 
-    from triage.core.facts import ProbeOptions
+    check_timeout("--timeout", args.timeout)
 
-    if not 0 < args.timeout <= MAX_TIMEOUT_S:
-        raise UserError(
-            f"--timeout must be above 0 and at most {MAX_TIMEOUT_S:g} seconds, not {args.timeout:g}"
-        )
-    for flag, value in (
-        ("--accelerate-config", args.accelerate_config),
-        ("--deepspeed-config", args.deepspeed_config),
-    ):
-        if value is not None:
-            path = Path(value).expanduser()
-            if not path.exists():
-                raise UserError(f"{flag}: no such file: {value}")
-            if not path.is_file():
-                raise UserError(f"{flag}: not a file: {value}")
+    check_option("--accelerate-config", args.accelerate_config, "Accelerate")
+    check_option("--deepspeed-config", args.deepspeed_config, "DeepSpeed")
     return ProbeOptions(
         timeout_s=args.timeout,
         accelerate_config=args.accelerate_config,

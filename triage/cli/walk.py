@@ -78,13 +78,15 @@ def parse_answers(raw: list[str], session: Session) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from probes.configs import check_option
     from probes.runners import NoProbes, default_runner
-    from triage.core.facts import ProbeOptions
+    from triage.core.facts import ProbeOptions, check_timeout
     from triage.core.session import Session
     from triage.kb.loader import load_kb
 
-    if args.probe_timeout <= 0:
-        raise UserError("--probe-timeout must be a positive number of seconds")
+    check_timeout("--probe-timeout", args.probe_timeout)
+    check_option("--accelerate-config", args.accelerate_config, "Accelerate")
+    check_option("--deepspeed-config", args.deepspeed_config, "DeepSpeed")
     session = Session(load_kb())
     session.answers.update(parse_answers(args.answer, session))
     session.position  # noqa: B018 (validates the given answers now, before any prompt)

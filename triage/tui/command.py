@@ -41,12 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from probes.configs import check_option
     from probes.runners import NoProbes
     from triage.core.errors import UserError
-    from triage.core.facts import ProbeOptions
+    from triage.core.facts import ProbeOptions, check_timeout
 
-    if args.probe_timeout <= 0:
-        raise UserError("--probe-timeout must be a positive number of seconds")
+    check_timeout("--probe-timeout", args.probe_timeout)
+    check_option("--accelerate-config", args.accelerate_config, "Accelerate")
+    check_option("--deepspeed-config", args.deepspeed_config, "DeepSpeed")
     if args.report_dir is not None and not args.report_dir.is_dir():
         raise UserError(f"--report-dir: not a directory: {args.report_dir}")
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
