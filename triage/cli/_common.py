@@ -61,3 +61,26 @@ def entry_json(kb: KnowledgeBase, entry: Entry) -> dict[str, Any]:
 
 def print_lines(lines: list[str]) -> None:
     sys.stdout.write("\n".join(lines) + "\n")
+
+
+def read_text_file(path: str, limit: int = MAX_STDIN_BYTES) -> str:
+    """A regular file's text: refuses a missing path, a directory, a FIFO or device, a file over
+    `limit` bytes and bytes that are not UTF-8, each in one line (never blocks on a FIFO)."""
+    import os
+    import stat
+
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise UserError(f"{path}: {exc.strerror.lower() if exc.strerror else 'cannot be read'}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise UserError(f"{path}: {kind}")
+    if info.st_size > limit:
+        raise UserError(f"{path}: larger than {limit // 1_000_000} MB")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise UserError(f"{path}: {exc.strerror.lower() if exc.strerror else 'cannot be read'}") from None
+    return decode_utf8(data, path)

@@ -10,6 +10,7 @@ period, SIGKILL.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import signal
 import socket
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from triage.core import children
 from triage.repro import Scenario
+from triage.repro.settings import DEFAULT, Setting
 
 TOKEN_VAR = "TRIAGE_REPRO_TOKEN"
 GRACE_S = 3.0
@@ -41,6 +43,8 @@ _SCRUB = (
     "TORCH_DISTRIBUTED_DEBUG",
     "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
     "LOGLEVEL",
+    "TORCH_CPP_LOG_LEVEL",
+    "NCCL_DEBUG",
 )
 
 
@@ -53,6 +57,13 @@ class RunResult:
     timed_out: bool
     leftover: list[int] = field(default_factory=list)  # PIDs still alive after clean-up (should be [])
     token: str = ""
+    setting: Setting = DEFAULT
+    # --log-dir runs: each per-rank file, by its path under the log directory (`attempt_0/1/stderr.log`)
+    files: dict[str, str] = field(default_factory=dict)
+
+    def sources(self) -> list[tuple[str, str]]:
+        """(name, text) of everything the run printed: the console, then any per-rank files."""
+        return [("console.log", self.output), *sorted(self.files.items())]
 
 
 def processes_with_token(token: str) -> list[int]:
@@ -106,31 +117,57 @@ def _wait_for_port(port: int, timeout: float) -> bool:
     return False
 
 
-def _torchrun(scenario: Scenario, extra: list[str]) -> list[str]:
+def _torchrun(scenario: Scenario, extra: list[str], setting: Setting, log_dir: Path | None) -> list[str]:
+    logs = ["--redirects", "3", "--log-dir", str(log_dir)] if log_dir is not None else []
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
         *extra,
+        *setting.torchrun_args,
+        *logs,
         *scenario.torchrun_args,
         str(scenario.path),
     ]
 
 
-def run(scenario: Scenario, echo: Callable[[str], None] | None = None) -> RunResult:
-    """Run one scenario to completion or to its bound; capture its combined output."""
+def _stamp(line: str) -> str:
+    """A collector's arrival time in front of a line, as `kubectl logs --timestamps` writes it."""
+    now = datetime.datetime.now(datetime.UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z " + line
+
+
+def _rank_files(log_dir: Path) -> dict[str, str]:
+    """The per-rank files torchrun wrote under `log_dir`, by their path below the run's folder."""
+    found = {}
+    for path in sorted(log_dir.rglob("*.log")):
+        parts = path.relative_to(log_dir).parts
+        name = "/".join(parts[1:]) if len(parts) > 1 else parts[0]  # drop torchrun's run-id folder
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if text:
+            found[name] = text
+    return found
+
+
+def run(
+    scenario: Scenario, echo: Callable[[str], None] | None = None, setting: Setting = DEFAULT
+) -> RunResult:
+    """Run one scenario in one setting to completion or to its bound; capture what it printed."""
     token = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     env.update(scenario.env)
+    env.update(setting.env)  # a scenario skips the settings that would undo what it needs
     env.update({TOKEN_VAR: token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     started = time.monotonic()
     deadline = started + scenario.bound_s
     lines: list[str] = []
+    files: dict[str, str] = {}
     launched: list[subprocess.Popen[str]] = []
     timed_out = False
     leftover: list[int] = []
     with tempfile.TemporaryDirectory(prefix="triage-repro-") as workdir:
         env["TRIAGE_REPRO_CHECKPOINT"] = str(Path(workdir) / "checkpoint.pt")
+        log_dir = Path(workdir) / "logs" if setting.log_dir and scenario.launch != "python" else None
         reader: threading.Thread | None = None
         try:
             if scenario.launch == "python":
@@ -145,7 +182,7 @@ def run(scenario: Scenario, echo: Callable[[str], None] | None = None) -> RunRes
                 ]
                 launched.append(
                     children.popen(
-                        _torchrun(scenario, common),
+                        _torchrun(scenario, common, DEFAULT, None),
                         env=env,
                         cwd=workdir,
                         stdout=subprocess.DEVNULL,
@@ -154,9 +191,9 @@ def run(scenario: Scenario, echo: Callable[[str], None] | None = None) -> RunRes
                     )
                 )
                 _wait_for_port(port, max(1.0, deadline - time.monotonic() - 10))
-                command = _torchrun(scenario, common)
+                command = _torchrun(scenario, common, setting, log_dir)
             else:
-                command = _torchrun(scenario, ["--standalone", "--nproc-per-node=2"])
+                command = _torchrun(scenario, ["--standalone", "--nproc-per-node=2"], setting, log_dir)
             proc = children.popen(
                 command,
                 env=env,
@@ -171,6 +208,8 @@ def run(scenario: Scenario, echo: Callable[[str], None] | None = None) -> RunRes
             def pump() -> None:
                 assert proc.stdout is not None
                 for line in proc.stdout:
+                    if setting.timestamps:
+                        line = _stamp(line)
                     lines.append(line)
                     if echo is not None:
                         echo(line)
@@ -188,6 +227,16 @@ def run(scenario: Scenario, echo: Callable[[str], None] | None = None) -> RunRes
                 children.reap(child)
             if reader is not None:
                 reader.join(timeout=5)
+        if log_dir is not None and log_dir.is_dir():
+            files = _rank_files(log_dir)
     return RunResult(
-        scenario, "".join(lines), proc.returncode, time.monotonic() - started, timed_out, leftover, token
+        scenario,
+        "".join(lines),
+        proc.returncode,
+        time.monotonic() - started,
+        timed_out,
+        leftover,
+        token,
+        setting,
+        files,
     )

@@ -35,6 +35,14 @@ STRUCTURAL_ANCHORS: tuple[str, ...] = (
     "exitcode",  # torchrun: `failed (exitcode: 1) local_rank: 1` and the failure summary
     "local_rank:",  # the summary's `rank : 1 (local_rank: 1)`
     "first observed failure",
+    "calledprocesserror",  # the legacy launcher's exit report
+    "traceback (most recent call last)",  # a rank's traceback, read as a block
+    'file "',  # its frames: where the rank was blocked
+    "optype=",  # watchdog and desync lines naming a rank's collective
+    "terminate called",  # a C++ exception or abort
+    "what():",
+    "nccl warn",
+    "last error:",  # NCCL's umbrella errors: the cause is on the next line
 )
 
 
