@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import TextIO
 
 from triage import __version__
-from triage.core.errors import UserError
+from triage.core.errors import UserError, shown
 from triage.core.exitcodes import Exit
 from triage.core.termination import Terminated, install_signal_handlers
 
@@ -183,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser(modules)
         args = parser.parse_args(argv)
         if args.kb is not None:
+            if not args.kb.strip():
+                raise UserError("--kb: the directory name is empty")
             os.environ["TRIAGE_KNOWLEDGE"] = args.kb
         if args.no_color:
             os.environ["NO_COLOR"] = "1"
@@ -211,11 +213,21 @@ def main(argv: list[str] | None = None) -> int:
         # The reader went away (e.g. `| head`): not an error worth a traceback.
         sys.stderr.close()
         return Exit.OK
+    except OSError as exc:
+        if debug or exc.filename is None:
+            return _internal(exc, debug)
+        # A path the user named that the system refuses (too long, a loop of links, a full disk).
+        print(f"triage: error: {shown(exc.filename)}: {exc.strerror or exc}", file=sys.stderr)
+        return Exit.USAGE
     except Exception as exc:
-        if debug:
-            raise
-        print(
-            f"triage: internal error: {type(exc).__name__}: {exc} (set TRIAGE_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return Exit.INTERNAL
+        return _internal(exc, debug)
+
+
+def _internal(exc: Exception, debug: bool) -> int:
+    if debug:
+        raise exc
+    print(
+        f"triage: internal error: {type(exc).__name__}: {shown(exc, 300)} (set TRIAGE_DEBUG=1 for the traceback)",
+        file=sys.stderr,
+    )
+    return Exit.INTERNAL

@@ -79,6 +79,19 @@ class ProbeOptions:
         return () if self.script else ("lint",)
 
 
+MAX_TIMEOUT_S = 3600.0
+
+
+def check_timeout(flag: str, value: float) -> float:
+    """A probe timeout from the command line: a finite number of seconds above 0, at most an hour
+    (nan and inf parse as floats, and would mean "never stop")."""
+    from triage.core.errors import UserError
+
+    if not 0 < value <= MAX_TIMEOUT_S:  # false for nan and inf too
+        raise UserError(f"{flag} must be above 0 and at most {MAX_TIMEOUT_S:g} seconds, not {value:g}")
+    return value
+
+
 class ProbeRunner(Protocol):
     """Runs one probe by name. The TUI and the CLI receive one of these (tests inject their own)."""
 

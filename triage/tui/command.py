@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         options=options,
         report_dir=args.report_dir,
         theme="textual-light" if args.light else "textual-dark",
+        handle_signals=True,
     )
     app.run()
-    return Exit.OK
+    return app.return_code or Exit.OK
