@@ -156,9 +156,9 @@ def build_index_data(
 
 def anchors(pattern: str) -> list[str]:
     """Lower-case literals of which every match of `pattern` contains at least one; [] = always try."""
-    from triage.core.logscan.patterns import anchors_of
+    from triage.core.regex_literals import best_requirement
 
-    return list(anchors_of(pattern))
+    return list(best_requirement(pattern))
 
 
 def compact_index(full: dict[str, object]) -> dict[str, object]:

@@ -58,14 +58,16 @@ _ACRONYMS = re.compile(r"[A-Z]{2,}s|[KMGTP]iB")  # GPUs, IDs, MiB: one word, not
 # Units that only ever follow a number: no more evidence than the number itself.
 UNITS = frozenset({"kib", "mib", "gib", "tib", "kb", "mb", "gb", "tb", "ms", "sec", "secs"})
 _HEX = re.compile(r"0x[0-9a-f]+|[0-9a-f]{7,}")
+_FRAME = re.compile(r'File "[^"\n]*", line \d+,?')  # a traceback frame's header: where, not what
 _TRIM = "\"'`()[]{}<>,;!?"
 
 
 def _evidence_chunks(text: str) -> Iterable[str]:
-    """Whitespace-separated chunks of `text` that can carry evidence (no URLs or source paths).
+    """Whitespace-separated chunks of `text` that can carry evidence (no URLs or source paths, no
+    traceback frame headers but their function names).
 
     Chunk by chunk rather than with regexes over the whole text: linear whatever the input."""
-    for chunk in text.split():
+    for chunk in _FRAME.sub(" ", text).split():
         core = chunk.strip(_TRIM)
         if "://" in core or core.startswith("www.") or "-packages" in core:
             continue

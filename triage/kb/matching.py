@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from triage.core.errors import UserError
 from triage.core.matcher import Confidence
-from triage.kb.fingerprint import OPTIONAL_FILES, StrPath
+from triage.kb.fingerprint import OPTIONAL_FILES
 
 CONFIDENCE_NAME = OPTIONAL_FILES[0]
 
@@ -35,7 +35,7 @@ def english_zipf() -> Callable[[str], float] | None:
     return lookup
 
 
-def read_confidence(root: StrPath) -> dict[str, float] | None:
+def read_confidence(root: str | os.PathLike[str]) -> dict[str, float] | None:
     """The fitted confidence model, or None when the knowledge has none (the defaults apply)."""
     import yaml
 

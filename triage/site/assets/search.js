@@ -21,6 +21,7 @@
   var HUMP = /(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])/g;
   var ACRONYMS = /^(?:[A-Z]{2,}s|[KMGTP]iB)$/;
   var HEX = /^(?:0x[0-9a-f]+|[0-9a-f]{7,})$/;
+  var FRAME = /File "[^"\n]*", line \d+,?/g;
 
   function strip(s) {
     var a = 0, b = s.length;
@@ -29,7 +30,7 @@
     return s.slice(a, b);
   }
   function chunks(text) {
-    return text.split(/\s+/).filter(Boolean).map(strip).filter(function (c) {
+    return text.replace(FRAME, " ").split(/\s+/).filter(Boolean).map(strip).filter(function (c) {
       if (c.indexOf("://") >= 0 || c.startsWith("www.") || c.indexOf("-packages") >= 0) return false;
       var m = SOURCE_SUFFIX.exec(c);
       return !(m && m.index > 0);

@@ -1,0 +1,98 @@
+"""The hang probe: find the job's ranks on this machine and read every rank's Python stack.
+
+Read-only and bounded: py-spy reads each process without stopping it (two non-blocking reads),
+all ranks at once, each read under a timeout; the user's source files are read to give the core
+the context of the lines the ranks are stuck on. Nothing is started that outlives the call.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from probes.hang.discover import LOCAL_WORLD_VARS, WORLD_VARS, Proc, find_ranks
+from probes.hang.pyspy import StackUnreadable, missing_message, pyspy_binary, sample
+from probes.hang.sources import Sources
+from triage.core.hang.stacks import RankSample
+
+
+class NoJob(Exception):
+    """No rank process to look at; the message says what was looked for."""
+
+
+def _job_key(proc: Proc) -> tuple[str, str, str]:
+    env = proc.env
+    return (env.get("TORCHELASTIC_RUN_ID", ""), env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""))
+
+
+def _identity(proc: Proc, host: str) -> RankSample:
+    return RankSample(
+        pid=proc.pid,
+        host=host,
+        rank=proc.rank,
+        local_rank=proc.local_rank,
+        world_size=proc.first(WORLD_VARS),
+        local_world_size=proc.first(LOCAL_WORLD_VARS),
+    )
+
+
+def _read_rank(proc: Proc, host: str, timeout_s: float, deadline: float, sources: Sources) -> RankSample:
+    identity = _identity(proc, host)
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return replace(identity, error=f"not read: the {timeout_s * 2:g} s allowed for all ranks ran out")
+    try:
+        dump, moving = sample(proc.pid, min(timeout_s, left))
+    except StackUnreadable as exc:
+        return replace(identity, error=str(exc), gone=not os.path.exists(f"/proc/{proc.pid}"))
+    contexts = sources.contexts(dump.frames)
+    return replace(identity, frames=dump.frames, active=dump.active, moving=moving, contexts=contexts)
+
+
+def collect(
+    pids: list[int] | None = None, timeout_s: float = 5.0
+) -> tuple[list[RankSample], list[str], list[Proc]]:
+    """Every rank's sample, notes (other jobs seen, ...) and the rank processes. Raises NoJob when
+    there is none.
+
+    The ranks are read a few at a time (twice the cores, at least 4, at most 16), all within twice
+    `timeout_s`: a rank not reached by then is reported as not read."""
+    try:
+        ranks = find_ranks(pids)
+    except (LookupError, PermissionError) as exc:
+        raise NoJob(str(exc)) from None
+    if not ranks:
+        if pids:
+            raise NoJob(
+                "none of the processes given is a rank of a distributed job (no RANK or LOCAL_RANK in "
+                "its environment), or they are not yours to read"
+            )
+        raise NoJob(
+            "no distributed training job found on this machine (no process with RANK or LOCAL_RANK in "
+            "its environment that this user can read); give its PIDs with --pid"
+        )
+    notes: list[str] = []
+    jobs: dict[tuple[str, str, str], list[Proc]] = {}
+    for proc in ranks:
+        jobs.setdefault(_job_key(proc), []).append(proc)
+    if len(jobs) > 1 and not pids:
+        chosen = max(jobs.values(), key=len)
+        others = [p for key, procs in jobs.items() if procs is not chosen for p in procs[:1]]
+        notes.append(
+            f"{len(jobs)} jobs run here; showing the one with {len(chosen)} ranks. Others: "
+            + ", ".join(f"PID {p.pid} (port {p.env.get('MASTER_PORT', '?')})" for p in others)
+            + "; choose one with --pid"
+        )
+        ranks = chosen
+    host = socket.gethostname()
+    if pyspy_binary() is None:
+        return [replace(_identity(p, host), error=missing_message()) for p in ranks], notes, ranks
+    sources = Sources()
+    deadline = time.monotonic() + 2 * timeout_s
+    workers = min(len(ranks), 16, max(4, 2 * (os.cpu_count() or 1)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        samples = list(pool.map(lambda p: _read_rank(p, host, timeout_s, deadline, sources), ranks))
+    return samples, notes, ranks
