@@ -4,13 +4,10 @@ declared once, and read back as the ProbeOptions the probes take."""
 from __future__ import annotations
 
 import argparse
-import math
-from pathlib import Path
 
-from triage.core.errors import UserError
-from triage.core.facts import ProbeOptions
-
-MAX_TIMEOUT_S = 3600.0
+from probes.configs import check_option
+from probes.lint import script_path
+from triage.core.facts import MAX_TIMEOUT_S, ProbeOptions, check_timeout
 
 
 def add_probe_arguments(
@@ -40,28 +37,25 @@ def add_probe_arguments(
     parser.add_argument(
         "--peer-host", metavar="HOST", help="a host the net probe may contact (route and master-port check)"
     )
+    parser.add_argument(
+        "--script",
+        metavar="PATH",
+        help="your training script: the lint probe reads it (triage lint) and its findings branch the walk",
+    )
     parser.set_defaults(probe_timeout_flag=timeout_flag)
 
 
 def probe_options(args: argparse.Namespace) -> ProbeOptions:
-    """The options as given, checked: a bounded timeout and config files that exist (UserError)."""
+    """The options as given, checked: a bounded timeout and config files that are real, small,
+    regular files (UserError, exit 2: never a FIFO, /dev/zero or a YAML alias bomb)."""
     flag = getattr(args, "probe_timeout_flag", "--probe-timeout")
-    timeout = args.probe_timeout
-    if not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT_S:
-        raise UserError(f"{flag} must be above 0 and at most {MAX_TIMEOUT_S:g} seconds, not {timeout:g}")
-    for name, value in (
-        ("--accelerate-config", args.accelerate_config),
-        ("--deepspeed-config", args.deepspeed_config),
-    ):
-        if value is not None:
-            path = Path(value).expanduser()
-            if not path.exists():
-                raise UserError(f"{name}: no such file: {value}")
-            if not path.is_file():
-                raise UserError(f"{name}: not a file: {value}")
+    timeout = check_timeout(flag, args.probe_timeout)
+    check_option("--accelerate-config", args.accelerate_config, "Accelerate")
+    check_option("--deepspeed-config", args.deepspeed_config, "DeepSpeed")
     return ProbeOptions(
         timeout_s=timeout,
         accelerate_config=args.accelerate_config,
         deepspeed_config=args.deepspeed_config,
         peer_host=args.peer_host,
+        script=script_path(args.script) if getattr(args, "script", None) else None,
     )

@@ -90,6 +90,19 @@ def read_proc(pid: int) -> Proc | None:
     return Proc(pid, int(fields[1]), argv, env)
 
 
+def started_at(pid: int) -> float | None:
+    """When the process started, in seconds since the epoch (from /proc/PID/stat and the boot time)."""
+    stat, boot = _read(f"/proc/{pid}/stat"), _read("/proc/stat")
+    if not stat or not boot:
+        return None
+    fields = stat.rsplit(b")", 1)[-1].split()
+    btime = next((line.split()[1] for line in boot.splitlines() if line.startswith(b"btime ")), b"")
+    try:
+        return int(btime) + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (ValueError, IndexError, OSError):
+        return None
+
+
 def all_procs() -> dict[int, Proc]:
     procs = {}
     me = os.getpid()

@@ -18,11 +18,12 @@ if TYPE_CHECKING:
     from triage.core.facts import ProbeResult
     from triage.core.findings import Finding
 
-HELP = "run the live probes (env, gpu, net, versions, configs, dist) and show what they found"
+HELP = "run the live probes (env, gpu, net, versions, configs, dist, lint) and show what they found"
 DESCRIPTION = (
     "Run the probes concurrently, each bounded by --timeout: env (launcher, rank variables), gpu (NVML), "
     "net (interfaces, MTU, NCCL_SOCKET_IFNAME, master port), versions (torch, CUDA, NCCL), configs "
-    "(Accelerate/DeepSpeed), dist (a torch.distributed mini-test on this machine). Prints a table, the "
+    "(Accelerate/DeepSpeed), dist (a torch.distributed mini-test on this machine), lint (the training script "
+    "given with --script, read statically). Prints a table, the "
     "findings that point at knowledge entries, and exits with the worst status: 0 ok or unavailable, "
     "4 warn, 5 fail or error. Secrets in the environment are redacted in every output."
 )
@@ -41,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "names",
         nargs="*",
         metavar="NAME",
-        help="probes to run: env gpu net versions configs dist (default: all)",
+        help="probes to run: env gpu net versions configs dist lint (default: all; lint only with --script)",
     )
     parser.add_argument(
         "--json", action="store_true", help="print everything as JSON (schema documented in the README)"
@@ -57,7 +58,7 @@ def _options(args: argparse.Namespace) -> Any:
     return probe_options(args)
 
 
-def _names(requested: list[str], known: list[str]) -> list[str]:
+def _names(requested: list[str], known: list[str], default: list[str] | None = None) -> list[str]:
     names: list[str] = []
     for raw in requested:
         name = raw.strip().lower()
@@ -65,7 +66,7 @@ def _names(requested: list[str], known: list[str]) -> list[str]:
             raise UserError(f"unknown probe {raw!r}; the probes are: {', '.join(known)}")
         if name not in names:
             names.append(name)
-    return names or list(known)
+    return names or list(default if default is not None else known)
 
 
 class Progress:
@@ -188,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
     from triage.core.findings import findings
     from triage.kb.loader import load_kb
 
-    names = _names(args.names, list(PROBES))
+    # The lint probe needs a script: by default it runs only when one is given.
+    names = _names(args.names, list(PROBES), [n for n in PROBES if n != "lint" or args.script])
     options = _options(args)
     progress = Progress(sys.stderr, names) if sys.stderr.isatty() else None
     try:

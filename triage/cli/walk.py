@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from triage.core.model import Entry, ProbeNode, QuestionNode
     from triage.core.session import Session
 
-HELP = "walk the questions without the app (plain prompts; --answer NODE=N for scripts)"
+HELP = "the questions as plain prompts (--answer for scripts)"
 DESCRIPTION = (
     "Walk triage's decision graph with plain prompts on stdin/stdout. Answer with an option's number, its "
     'label, ? for "I don\'t know", b to go back, an entry id (e.g. D3) to jump there, or your own words. '
@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
     options = probe_options(args)
     session = Session(load_kb())
+    session.skip_probes(options.missing_inputs())
     session.answers.update(parse_answers(args.answer, session))
     session.position  # noqa: B018 (validates the given answers now, before any prompt)
     runner = NoProbes("probes switched off (--no-probes)") if args.no_probes else default_runner()
@@ -252,6 +253,7 @@ def walk_json(session: Session, entry: Entry, *, jumped: bool) -> dict[str, Any]
         "trail": [
             {"node": s.node, "prompt": s.prompt, "answer": s.answer, "target": s.target, "via": s.via}
             for s in position.trail
+            if not session.skipped_step(s)
         ],
         "answers": dict(session.answers),
         "probes": [

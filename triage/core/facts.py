@@ -66,12 +66,30 @@ class ProbeResult:
 
 @dataclass(frozen=True)
 class ProbeOptions:
-    """What the user told triage: a timeout, paths to configs, a host they allow probing."""
+    """What the user told triage: a timeout, paths to configs, a host they allow probing, a script."""
 
     timeout_s: float = 10.0
     accelerate_config: str | None = None
     deepspeed_config: str | None = None
     peer_host: str | None = None
+    script: str | None = None  # a training script for the lint probe to read
+
+    def missing_inputs(self) -> tuple[str, ...]:
+        """Probes that cannot run at all with these options: the lint probe needs a script."""
+        return () if self.script else ("lint",)
+
+
+MAX_TIMEOUT_S = 3600.0
+
+
+def check_timeout(flag: str, value: float) -> float:
+    """A probe timeout from the command line: a finite number of seconds above 0, at most an hour
+    (nan and inf parse as floats, and would mean "never stop")."""
+    from triage.core.errors import UserError
+
+    if not 0 < value <= MAX_TIMEOUT_S:  # false for nan and inf too
+        raise UserError(f"{flag} must be above 0 and at most {MAX_TIMEOUT_S:g} seconds, not {value:g}")
+    return value
 
 
 class ProbeRunner(Protocol):

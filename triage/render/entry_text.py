@@ -34,9 +34,20 @@ def entry_lines(kb: KnowledgeBase, entry: Entry, style: Style, *, full: bool = T
     lines += render_blocks([{"t": "p", "c": [["text", entry.summary]]}], style)
     if not entry.covered:
         lines += ["", style.paint("triage does not cover this problem; here is where to look instead.", BOLD)]
-    for part in entry_parts(entry, kb, FULL_PARTS if full else SHORT_PARTS):
+    return lines + parts_lines(kb, entry, style, FULL_PARTS if full else SHORT_PARTS)
+
+
+def verify_banner(entry: Entry, style: Style) -> list[str]:
+    """The verification note as the terminal shows it everywhere."""
+    return banner(entry.verify.needed, verify_headline(entry), entry.verify.why, style)
+
+
+def parts_lines(kb: KnowledgeBase, entry: Entry, style: Style, keys: frozenset[str]) -> list[str]:
+    """The entry's parts named in `keys`, in the one order every front end uses."""
+    lines: list[str] = []
+    for part in entry_parts(entry, kb, keys):
         if part.key == "verification":
-            lines += ["", *banner(entry.verify.needed, verify_headline(entry), entry.verify.why, style)]
+            lines += ["", *verify_banner(entry, style)]
             continue
         body = _part_lines(kb, entry, part.key, style)
         if body:

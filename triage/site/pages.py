@@ -63,6 +63,7 @@ def layout(title: str, main: str, *, current: str = "", description: str = "") -
 <nav aria-label="Site">
 {nav_link("index.html", "Entries", "index")}
 {nav_link("graph.html", GRAPH_TITLE, "graph")}
+{nav_link("lint.html", "Lint rules", "lint")}
 </nav>
 <form class="search" id="search" role="search" action="index.html" method="get">
 <label for="search-input" class="visually-hidden">Search the knowledge base</label>

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from triage.core.exitcodes import Exit
 
-HELP = "the interactive app (the default): walk the symptoms, probe this machine, reach the fix"
+HELP = "the interactive app (the default): walk, probe, fix"
 DESCRIPTION = (
     "Open the interactive triage app: answer a few questions (or search, or paste an error), let triage "
     "probe this machine where it can, and end at the fix with a note on whether the change needs the "
@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         options=options,
         report_dir=args.report_dir,
         theme="textual-light" if args.light else "textual-dark",
+        handle_signals=True,
     )
     app.run()
-    return Exit.OK
+    return app.return_code or Exit.OK
