@@ -31,6 +31,7 @@ MAX_LINE = 100_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument(
         "--answer",
         action="append",
@@ -71,6 +72,7 @@ def parse_answers(raw: list[str], session: Session) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     from probes.options import probe_options
     from probes.runners import NoProbes, default_runner
     from triage.core.session import Session
@@ -244,6 +246,7 @@ class PlainWalk:
 
 
 def walk_json(session: Session, entry: Entry, *, jumped: bool) -> dict[str, Any]:
+    """The walk's leaf, trail, answers and probe results as JSON data."""
     from triage.cli._common import entry_json
 
     position = session.position

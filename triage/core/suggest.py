@@ -34,6 +34,8 @@ class Suggestion:
 
 @dataclass(frozen=True)
 class Suggestions:
+    """The ranked suggestions for some words, and the matcher's verdict."""
+
     items: tuple[Suggestion, ...]
     verdict: str  # the matcher's verdict on the entries: match, no_match or out_of_scope
     different_symptom: bool  # mid-walk, the words fit no option but do describe an entry
