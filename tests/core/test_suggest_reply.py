@@ -18,7 +18,7 @@ def test_words_that_fit_an_option_answer_the_question(kb: KnowledgeBase) -> None
     found = suggest(kb, node, text, at_start=False)
     what = reply(found, text, chosen=found.first, explicit=False, mid_walk=True, can_answer=True)
     assert what.action == "answer" and what.option is not None
-    assert node.options[what.option].target == "hang_end"
+    assert node.options[what.option].target.startswith("hang_end")
     assert what.message.startswith("Taking that as: ")
 
 

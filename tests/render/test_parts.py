@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 from triage.core.model import KnowledgeBase
-from triage.render.document import entry_markdown
+from triage.render.document import entry_markdown, entry_sections
 from triage.render.entry_text import entry_lines
 from triage.render.parts import PARTS, entry_parts
-from triage.render.report import build_report
+from triage.render.report import ReportInput, build_report
 from triage.render.terminal import Style
 
 ORDER = [p.title for p in PARTS]
@@ -33,11 +34,14 @@ def test_show_follows_the_one_order(kb: KnowledgeBase) -> None:
     assert titles[0] == "Fix" and "Root cause" in titles and "References" in titles
 
 
-def test_the_report_follows_the_one_order(kb: KnowledgeBase) -> None:
+def test_the_report_gives_the_fix_then_its_verification(kb: KnowledgeBase) -> None:
     entry = kb.entries["D9"]
-    text = build_report(kb, entry, trail=(), results=(), facts={}, own_words={}, cancelled=(), how="")
-    titles = [t for t in re.findall(r"^### (.+)$", text, re.M) if t in ORDER]
-    assert _in_order(titles), titles
+    data = ReportInput(
+        when=datetime(2026, 3, 1, tzinfo=UTC), host="node1", command="triage report", entry=entry
+    )
+    text = build_report(kb, data)
+    fix = next(s for s in entry_sections(entry, kb) if s.title == "Fix").body
+    assert text.index(fix[:60]) < text.index("### Verification")
 
 
 def test_the_app_result_screen_follows_the_one_order(kb: KnowledgeBase) -> None:

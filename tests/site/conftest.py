@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, SITE_KB
 from triage.core.model import KnowledgeBase
 from triage.kb.loader import load_kb
 from triage.site.builder import build
 
-FIXTURE_KB = Path(__file__).resolve().parent.parent / "fixtures" / "kb" / "site"
+FIXTURE_KB = SITE_KB
 KNOWLEDGE = REPO / "knowledge"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

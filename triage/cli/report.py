@@ -59,21 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="diagnose these logs too (- for stdin)",
     )
-    parser.add_argument(
-        "--script", metavar="FILE", help="the training script (checked when `triage lint` is there)"
-    )
     parser.add_argument("--out", metavar="FILE", help="write the report to FILE instead of stdout")
     parser.add_argument("--json", action="store_true", help="machine-readable, for `triage report merge`")
     parser.add_argument(
         "--dist", action="store_true", help="also run the torch.distributed mini-test (slower)"
     )
-    parser.add_argument(
-        "--timeout", type=float, default=5.0, metavar="S", help="seconds each probe may take (default 5)"
-    )
-    parser.add_argument("--no-probes", action="store_true", help="do not look at this machine (logs only)")
-    parser.add_argument("--peer-host", metavar="HOST", help="a host the net probe may contact (master port)")
-    parser.add_argument("--accelerate-config", metavar="PATH", help="Accelerate config to check")
-    parser.add_argument("--deepspeed-config", metavar="PATH", help="DeepSpeed JSON to check")
+    from probes.options import add_probe_arguments
+
+    add_probe_arguments(parser, timeout_flag="--timeout", default_timeout=5.0)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,11 +94,12 @@ def gather(kb: KnowledgeBase, args: argparse.Namespace) -> ReportInput:
     import shlex
     import socket
 
+    from probes.options import probe_options
     from triage.cli.log import scan_inputs
-    from triage.cli.probe import Progress, _options
+    from triage.cli.probe import Progress
     from triage.render.report import REPORT_PROBES, LogPart, ReportInput
 
-    options = _options(args)  # checks the timeout and the config paths before anything runs
+    options = probe_options(args)  # checks the timeout and the config paths before anything runs
     logs = [LogPart(*scan_inputs(list(args.log), kb))] if args.log else []
     extras, unseen = _extras(args)
     results: list[ProbeResult] = []
