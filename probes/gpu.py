@@ -32,6 +32,8 @@ FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "com
 
 @dataclass(frozen=True)
 class GpuProcess:
+    """A process holding memory on a GPU."""
+
     pid: int
     used_bytes: int | None
     name: str = ""
@@ -39,6 +41,8 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class Gpu:
+    """One GPU as NVML or nvidia-smi describes it."""
+
     index: int
     name: str
     uuid: str = ""
@@ -55,6 +59,8 @@ class Gpu:
 
 @dataclass
 class Snapshot:
+    """Every GPU the driver reports, read one way (NVML or nvidia-smi)."""
+
     source: str  # "nvml" or "nvidia-smi"
     gpus: list[Gpu]
     driver: str = ""

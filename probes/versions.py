@@ -174,6 +174,7 @@ def query_torch(timeout_s: float, cancel: threading.Event) -> tuple[dict[str, ob
 
 
 def package_version(name: str) -> str | None:
+    """The installed version of a distribution, or None."""
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -181,6 +182,7 @@ def package_version(name: str) -> str | None:
 
 
 def methods_evidence(facts: dict[str, object], how: dict[str, str]) -> Evidence:
+    """Evidence saying how each version fact was read."""
     lines = [
         f"{name} = {facts[name]!r}: {how[name]}" if name in facts else f"{name}: {how[name]}" for name in how
     ]

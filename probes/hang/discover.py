@@ -29,6 +29,8 @@ LOCAL_WORLD_VARS = launchers.LOCAL_WORLD_SIZE
 
 @dataclass(frozen=True)
 class Proc:
+    """A process read from /proc: its parent, command line and environment."""
+
     pid: int
     ppid: int
     argv: tuple[str, ...]
@@ -104,6 +106,7 @@ def started_at(pid: int) -> float | None:
 
 
 def all_procs() -> dict[int, Proc]:
+    """Every process this user may read, by pid (this process excluded)."""
     procs = {}
     me = os.getpid()
     for entry in os.listdir("/proc"):
@@ -129,6 +132,7 @@ def _is_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
 
 
 def descendants(root: int, procs: dict[int, Proc]) -> list[Proc]:
+    """The processes below `root` in the process tree, parents first."""
     children: dict[int, list[Proc]] = {}
     for proc in procs.values():
         children.setdefault(proc.ppid, []).append(proc)

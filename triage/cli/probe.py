@@ -38,6 +38,7 @@ EXIT_FOR_STATUS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument(
         "names",
         nargs="*",
@@ -96,6 +97,7 @@ class Progress:
 
 
 def fact_text(value: object) -> str:
+    """A fact value as one short string."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list | tuple):
@@ -126,6 +128,7 @@ def format_table(
 
 
 def format_findings(found: list[Finding], error: str | None) -> str:
+    """The findings (entries the flagged facts point at) as text."""
     if error is not None:
         return f"Findings unavailable: {error}"
     if not found:
@@ -182,6 +185,7 @@ def payload(
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     import json
     import os
 

@@ -22,12 +22,14 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument("id", nargs="?", help="the reproduction to run (an entry id: D1, D20, MN3, ...)")
     parser.add_argument("--list", action="store_true", help="list the reproductions")
     parser.add_argument("--save", metavar="FILE", help="also write the captured output to FILE")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     from triage.core.errors import shown
     from triage.repro import SCENARIOS, find
 

@@ -40,12 +40,16 @@ MAX_QUERY_CHARS = 1_000_000
 
 
 class Hit(NamedTuple):
+    """An entry that matched a query, with its score and why."""
+
     entry: Entry
     score: float
     reasons: tuple[str, ...] = ()
 
 
 class Match(NamedTuple):
+    """A query's verdict and its ranked hits."""
+
     query: str
     verdict: Verdict
     hits: tuple[Hit, ...]
@@ -158,6 +162,7 @@ _INDEXES: dict[int, tuple[KnowledgeBase, Index]] = {}
 
 
 def index_for(kb: KnowledgeBase) -> Index:
+    """The matcher's index for a knowledge base (built once, then cached)."""
     cached = _INDEXES.get(id(kb))
     if cached is None or cached[0] is not kb:
         cached = (kb, Index(kb))
@@ -214,6 +219,7 @@ def _fuzzy_scores(index: Index, tokens: list[str]) -> list[float]:
 
 
 def calibrate(raw: float) -> float:
+    """A raw score mapped to a 0..1 confidence."""
     return 1 / (1 + math.exp(-CAL_SLOPE * (raw - CAL_MIDPOINT)))
 
 

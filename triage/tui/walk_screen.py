@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -25,9 +25,9 @@ from triage.core.errors import UserError
 from triage.core.facts import ProbeOptions, ProbeResult, ProbeRunner
 from triage.core.model import ProbeNode, QuestionNode
 from triage.core.session import Session
-from triage.core.suggest import NOTHING, Suggestion, Suggestions, suggest
+from triage.core.suggest import NOTHING, Suggestion, Suggestions, reply, suggest
 from triage.render.conversation import conversation
-from triage.tui.modals import OverrideScreen, ProbesScreen
+from triage.tui.modals import ProbesScreen, open_override
 from triage.tui.widgets import Breadcrumb, ProbeStatus, SearchBox, SuggestionList, Transcript
 
 if TYPE_CHECKING:
@@ -357,26 +357,24 @@ class WalkScreen(Screen[None]):
         at = len(position.trail)
         self.clear_search()
         self.query_one("#options").focus()
-        weak = found.verdict == "no_match" and not explicit
-        if item is None or (item.kind == "entry" and weak):
-            closest = f" The closest entry is {item.entry_id}, but it is a weak match." if item else ""
-            self.notes.setdefault(at, []).append(
-                f"I could not match “{text}” to an answer or an entry.{closest} "
-                "Pick an answer, or try other words."
-            )
-            self.show_position(open_leaf=False)
-        elif item.kind == "option" and isinstance(position.node, QuestionNode) and item.option is not None:
-            self.answer(position.node, str(item.option + 1), own_words=text)
-        elif item.entry_id is not None and (explicit or not position.trail or position.leaf is not None):
-            self.open_entry(item.entry_id, how=f"Opened from the search “{text}”.")
+        what = reply(
+            found,
+            text,
+            chosen=item,
+            explicit=explicit,
+            mid_walk=bool(position.trail) and position.leaf is None,
+            can_answer=isinstance(position.node, QuestionNode),
+        )
+        if what.action == "answer" and isinstance(position.node, QuestionNode) and what.option is not None:
+            self.answer(position.node, str(what.option + 1), own_words=text)
+        elif what.action == "open" and what.entry_id is not None:
+            self.open_entry(what.entry_id, how=what.message)
         else:
-            entries = found.entries[:3]
-            self.suspects = [e.entry_id for e in entries if e.entry_id]
-            names = "".join(f"\n  {e.entry_id} ({round(e.score * 100)}%) {e.label}" for e in entries)
-            self.notes.setdefault(at, []).append(
-                f"“{text}” does not fit this question; it sounds like a different problem. "
-                f"I now suspect:{names}\nPress j to jump to {self.suspects[0]}, or keep answering."
-            )
+            jump = ""
+            if what.action == "suspect":
+                self.suspects = [e.entry_id for e in what.suspects if e.entry_id]
+                jump = f"\nPress j to jump to {self.suspects[0]}, or keep answering." if self.suspects else ""
+            self.notes.setdefault(at, []).append(what.message + jump)
             self.show_position(open_leaf=False)
 
     def clear_search(self) -> None:
@@ -432,26 +430,3 @@ class WalkScreen(Screen[None]):
             self.session.forget_probe(action.value)
             self.show_position()
         self.query_one("#options").focus()
-
-
-def open_override(screen: Screen[Any], session: Session, node_id: str, done: Callable[[], None]) -> None:
-    """Ask which branch a probe node should take, apply it to the session, then call `done`."""
-    node = session.kb.graph.nodes[node_id]
-    assert isinstance(node, ProbeNode)
-    record = session.record_for(node_id)
-    step = session.step_for(node_id)
-    if record is not None and record.result is not None:
-        found = record.result.summary or str(record.value)
-    elif record is not None:
-        found = "nothing (cancelled)"
-    else:
-        found = step.answer if step else "nothing yet"
-    choices = session.override_choices(node_id)
-    titles = {c.target: session.target_title(c.target) for c in choices}
-
-    def chosen(value: str | None) -> None:
-        if value:
-            session.override(node_id, value)
-            done()
-
-    screen.app.push_screen(OverrideScreen(node.prompt, found, choices, titles), chosen)

@@ -92,12 +92,14 @@ def is_optimizer_step(call: Call) -> bool:
 
 
 def is_backward(call: Call) -> bool:
+    """Whether a call is `loss.backward()` (not torch.autograd.backward)."""
     return (
         call.tail == "backward" and call.receiver is not None and not call.name.startswith("torch.autograd")
     )
 
 
 def accumulation_like(text: str) -> bool:
+    """Whether a name looks like a gradient-accumulation counter."""
     lowered = text.lower()
     return "accum" in lowered or "grad_acc" in lowered or lowered.endswith(("_gas", "gas"))
 
@@ -114,6 +116,7 @@ def loops_of(script: Script, node: ast.AST) -> list[ast.For | ast.While | ast.As
 
 
 def has_modulo(expr: ast.AST) -> bool:
+    """Whether an expression contains a `%`."""
     return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(expr))
 
 
@@ -129,5 +132,6 @@ def enclosing_ifs(script: Script, node: ast.AST, stop: ast.AST | None = None) ->
 
 
 def kwarg_true(call: Call, name: str) -> bool:
+    """Whether a call passes `name=True`."""
     value = call.kwarg(name)
     return isinstance(value, ast.Constant) and value.value is True

@@ -83,6 +83,7 @@ class Gate:
 
 
 def negate(side: Side) -> Side:
+    """The other side of a rank condition."""
     return {"zero": "nonzero", "nonzero": "zero", "other": "other"}[side]  # type: ignore[return-value]
 
 

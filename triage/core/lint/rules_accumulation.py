@@ -218,5 +218,6 @@ def _check_missing_no_sync(ctx: Context) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     yield from _check_no_sync_blocks(ctx)
     yield from _check_missing_no_sync(ctx)

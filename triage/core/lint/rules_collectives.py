@@ -286,6 +286,7 @@ def _candidates(ctx: Context) -> Iterator[_Candidate]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     candidates = list(_candidates(ctx))
     # Rank 0 and the other ranks each reaching the same collective in one function is the
     # "others wait, rank 0 works, rank 0 releases" pattern: every rank calls it once.

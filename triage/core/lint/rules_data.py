@@ -255,5 +255,6 @@ def _handed_away(ctx: Context, call: Call) -> bool:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     yield from _check_uneven(ctx)
     yield from _check_set_epoch(ctx)

@@ -311,6 +311,7 @@ def _check_compile_order(ctx: Context) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     yield from _check_unused(ctx)
     yield from _check_batchnorm(ctx)
     yield from _check_lr(ctx)

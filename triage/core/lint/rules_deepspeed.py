@@ -242,6 +242,7 @@ def _check_accelerate(ctx: Context, calls: list[Call], scope: Scope) -> Iterator
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     if not ({"deepspeed", "accelerate"} & ctx.script.frameworks):
         return
     for calls in _by_scope(ctx).values():

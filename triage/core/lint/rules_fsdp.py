@@ -286,6 +286,7 @@ def _check_mesh(ctx: Context) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     yield from _check_wrap(ctx)
     yield from _check_precision(ctx)
     yield from _check_scaler(ctx)

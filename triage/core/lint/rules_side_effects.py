@@ -181,5 +181,6 @@ def _check_prints(ctx: Context) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     yield from _check_writes(ctx)
     yield from _check_prints(ctx)

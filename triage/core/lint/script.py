@@ -122,6 +122,7 @@ def dotted(expr: ast.AST) -> str:
 
 
 def const_int(expr: ast.AST) -> int | None:
+    """The integer an expression is written as, or None."""
     if isinstance(expr, ast.Constant) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
         return expr.value
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):

@@ -37,6 +37,8 @@ STRUCTURAL_ANCHORS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class CompiledSignature:
+    """A signature compiled for scanning, with its anchors."""
+
     entry_id: str
     index: int  # position in the entry's `signatures`
     signature: Signature
@@ -46,6 +48,8 @@ class CompiledSignature:
 
 @dataclass(frozen=True)
 class SignatureSet:
+    """Every compiled signature, indexed by anchor."""
+
     signatures: tuple[CompiledSignature, ...]
     # anchor -> indexes into `signatures` that it can start
     by_anchor: dict[str, tuple[int, ...]]

@@ -45,6 +45,8 @@ OWN_ERROR_KINDS = ("exception", "terminate", "abort", "warn", "detail")
 
 @dataclass(frozen=True)
 class Event:
+    """A line the scan noticed: a signature hit, an exit report or an error."""
+
     kind: str  # "hit" | "exit" | one of OWN_ERROR_KINDS
     source: int  # index into Scan.sources
     line: int  # 1-based

@@ -35,6 +35,7 @@ def compiled(signature: Signature) -> re.Pattern[str] | None:
     fix="escape literal ( ) [ ] . * + ? with a backslash, and write the pattern in single quotes",
 )
 def regex_compiles(ctx: Context) -> Iterator[Finding]:
+    """Report a signature pattern that Python's `re` cannot compile."""
     for src, _, index, signature in signatures(ctx):
         try:
             re.compile(signature.pattern, re.IGNORECASE)
@@ -51,6 +52,7 @@ def regex_compiles(ctx: Context) -> Iterator[Finding]:
     fix="make the pattern require real text",
 )
 def regex_not_empty(ctx: Context) -> Iterator[Finding]:
+    """Report a signature pattern that matches the empty string."""
     for src, _, index, signature in signatures(ctx):
         regex = compiled(signature)
         if regex is not None and regex.search(""):
@@ -72,6 +74,7 @@ def regex_not_empty(ctx: Context) -> Iterator[Finding]:
     fix="correct the pattern so it matches the real line (or paste the line verbatim from the thread or log)",
 )
 def examples_match(ctx: Context) -> Iterator[Finding]:
+    """Report a signature whose `examples` include a line its pattern does not match."""
     for src, _, index, signature in signatures(ctx):
         regex = compiled(signature)
         if regex is None:
