@@ -61,6 +61,9 @@ MAIN_NAMES = frozenset(
         "is_world_process_zero",
         "is_local_process_zero",
         "is_master_ordinal",
+        "is_primary",
+        "is_rank_0",
+        "is_chief",
     }
 )
 MAIN_DECORATORS = frozenset(
