@@ -243,14 +243,18 @@ def _find_config() -> Path | None:
 def _config(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
-    import tomllib
-
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"--config {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read: {exc}") from None
+    if "triage" not in text:
+        return {}  # no table of ours: spare the TOML parser (and its datetime import)
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: invalid TOML: {exc}") from None
     table = data.get("tool", {}).get("triage", {}).get("lint", {})
