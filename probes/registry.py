@@ -101,10 +101,12 @@ class LocalProbeRunner:
                 why = f"timed out after {options.timeout_s:g}s"
             if why:
                 stop.set()
+                if cancel.is_set():
+                    children.kill_owned(stop)  # the user wants it gone: its processes go at once
                 worker.join(self.stop_grace_s)
                 if worker.is_alive():
-                    # Stuck (an import under load, a call that ignores the event): whatever it
-                    # started dies now, and anything it starts later dies with it (`stop` is set).
+                    # Stuck (importing torch on a loaded machine, a call that ignores the event):
+                    # whatever it started dies now, and whatever it starts from now on.
                     children.kill_owned(stop)
                 break
             worker.join(min(0.05, max(0.0, deadline - time.monotonic())))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from triage.core.matcher import rank, rank_options, required_literal
+from triage.core.matcher import rank, rank_options
 from triage.core.model import KnowledgeBase, QuestionNode
+from triage.core.regex_literals import required_literal
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,6 @@ DESCRIPTION = (
     "4 warn, 5 fail or error. Secrets in the environment are redacted in every output."
 )
 SCHEMA_VERSION = 1
-MAX_TIMEOUT_S = 3600.0
 EXIT_FOR_STATUS = {
     "ok": Exit.OK,
     "unavailable": Exit.OK,
@@ -48,46 +47,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print everything as JSON (schema documented in the README)"
     )
-    parser.add_argument(
-        "--timeout", type=float, default=10.0, metavar="S", help="seconds each probe may take (default 10)"
-    )
-    parser.add_argument(
-        "--accelerate-config", metavar="PATH", help="Accelerate config (default: accelerate's own)"
-    )
-    parser.add_argument("--deepspeed-config", metavar="PATH", help="DeepSpeed JSON to check against it")
-    parser.add_argument("--script", metavar="PATH", help="a training script for the lint probe (triage lint)")
-    parser.add_argument(
-        "--peer-host", metavar="HOST", help="a host the net probe may contact (route and master-port check)"
-    )
+    from probes.options import add_probe_arguments
+
+    add_probe_arguments(parser, timeout_flag="--timeout", default_timeout=10.0, can_switch_off=False)
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from pathlib import Path
+    from probes.options import probe_options
 
-    from probes.lint import script_path
-    from triage.core.facts import ProbeOptions
-
-    if not 0 < args.timeout <= MAX_TIMEOUT_S:
-        raise UserError(
-            f"--timeout must be above 0 and at most {MAX_TIMEOUT_S:g} seconds, not {args.timeout:g}"
-        )
-    for flag, value in (
-        ("--accelerate-config", args.accelerate_config),
-        ("--deepspeed-config", args.deepspeed_config),
-    ):
-        if value is not None:
-            path = Path(value).expanduser()
-            if not path.exists():
-                raise UserError(f"{flag}: no such file: {value}")
-            if not path.is_file():
-                raise UserError(f"{flag}: not a file: {value}")
-    return ProbeOptions(
-        timeout_s=args.timeout,
-        accelerate_config=args.accelerate_config,
-        deepspeed_config=args.deepspeed_config,
-        peer_host=args.peer_host,
-        script=script_path(args.script) if args.script else None,
-    )
+    return probe_options(args)
 
 
 def _names(requested: list[str], known: list[str], default: list[str] | None = None) -> list[str]:
@@ -193,18 +161,7 @@ def payload(
         },
         "worst_status": worst,
         "exit_code": int(EXIT_FOR_STATUS[worst]),
-        "probes": [
-            {
-                "name": r.name,
-                "status": r.status,
-                "summary": r.summary,
-                "duration_s": r.duration_s,
-                "facts": r.facts,
-                "flagged": list(r.flagged),
-                "evidence": [{"source": e.source, "output": e.output} for e in r.evidence],
-            }
-            for r in results
-        ],
+        "probes": [r.to_plain() for r in results],
         "facts": merged_facts(results),
         "findings": [
             {

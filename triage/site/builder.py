@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from triage.core.errors import UserError
+from triage.core.errors import UserError, shown
 from triage.core.lint import RULES
 from triage.core.model import KnowledgeBase
 from triage.render.document import (
     GRAPH_TITLE,
     MARKDOWN_LINKS,
-    VERIFY_BADGE,
     entry_heading,
     entry_markdown,
     graph_markdown,
@@ -35,6 +34,7 @@ from triage.render.document import (
     md_link,
 )
 from triage.render.lint_page import RULES_PAGE, RULES_TITLE, rule_title
+from triage.render.verify import VERIFY_BADGE
 from triage.site import lint_pages
 from triage.site.diagram import layout, render_svg
 from triage.site.markdown_html import MarkdownHtml
@@ -70,7 +70,7 @@ def build(kb: KnowledgeBase, out: Path, fmt: str = "html", *, nav_prefix: str | 
             json.dumps({"format": fmt, "files": sorted(files)}, indent=1) + "\n", encoding="utf-8"
         )
     except OSError as exc:
-        raise UserError(f"cannot write the site to {out}: {exc.strerror or exc}") from None
+        raise UserError(f"cannot write the site to {shown(str(out))}: {exc.strerror or exc}") from None
     return BuildResult(out, fmt, tuple(files))
 
 
@@ -192,13 +192,13 @@ def sphinx_toctree(kb: KnowledgeBase, prefix: str) -> str:
 
 def _prepare(out: Path) -> None:
     """Make `out` an empty directory, removing only what a previous build listed."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file, not a directory")
     try:
+        if out.exists() and not out.is_dir():
+            raise UserError(f"--out {shown(str(out))} is a file, not a directory")
         out.mkdir(parents=True, exist_ok=True)
         present = set(os.listdir(out))
     except OSError as exc:
-        raise UserError(f"cannot create {out}: {exc.strerror or exc}") from None
+        raise UserError(f"cannot create {shown(str(out))}: {exc.strerror or exc}") from None
     if not present:
         return
     previous = _manifest_files(out / MANIFEST) if MANIFEST in present else None

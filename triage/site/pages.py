@@ -15,14 +15,13 @@ from triage.core.model import Entry, KnowledgeBase, ProbeNode
 from triage.render.document import (
     GRAPH_TITLE,
     HTML_LINKS,
-    NO_VERIFY_LABEL,
     OUT_OF_SCOPE_LABEL,
-    VERIFY_BADGE,
     entry_sections,
     graph_sections,
     md_inline,
     slugify,
 )
+from triage.render.verify import NO_VERIFY_LABEL, VERIFY_BADGE
 from triage.site.markdown_html import MarkdownHtml
 
 SITE_TITLE = "triage knowledge base"
