@@ -118,17 +118,24 @@ class ResultScreen(Screen[ResultAction | None]):
             lines.append(self.how)
         for number, step in enumerate(self.trail, 1):
             node = self.session.kb.graph.nodes.get(step.node)
+            target = self._target_words(step.target)
             if isinstance(node, ProbeNode):
                 probe = self.session.probe_name(node)
                 if step.via == "override":
-                    lines.append(f"{number}. {probe}: you chose “{step.answer}” → {step.target}")
+                    lines.append(f"{number}. {probe}: you chose “{step.answer}” → {target}")
                 elif step.via == "fallback":
                     lines.append(f"{number}. {probe}: did not run; you were asked")
                 else:
-                    lines.append(f"{number}. {probe}: {node.fact} = {step.answer} → {step.target}")
+                    lines.append(f"{number}. {probe}: {node.fact} = {step.answer} → {target}")
             else:
                 lines.append(f"{number}. {step.prompt} {step.answer}")
         return "\n".join(lines) or "Opened directly."
+
+    def _target_words(self, target: str) -> str:
+        """Where a step led, in words: an entry's id, or the next question as it is asked."""
+        if target in self.session.kb.entries:
+            return target
+        return f"“{self.session.target_title(target)}”"
 
     def _evidence_text(self) -> str:
         lines: list[str] = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -27,7 +27,7 @@ from triage.core.model import ProbeNode, QuestionNode
 from triage.core.session import Session
 from triage.core.suggest import NOTHING, Suggestion, Suggestions, suggest
 from triage.render.conversation import conversation
-from triage.tui.modals import OverrideScreen, ProbesScreen
+from triage.tui.modals import ProbesScreen, open_override
 from triage.tui.widgets import Breadcrumb, ProbeStatus, SearchBox, SuggestionList, Transcript
 
 if TYPE_CHECKING:
@@ -35,6 +35,14 @@ if TYPE_CHECKING:
 
 UNKNOWN_ID = "unknown"
 OPEN_ID = "open-result"
+# The key for each option: 1-9, then letters that no other key of this screen or the app uses
+# (j jumps, n restarts, o overrides, p lists probes, q quits, t switches the theme).
+OPTION_KEYS = "123456789abcdefghiklmrsuvwxyz"
+
+
+def option_key(number: int) -> str:
+    """The key that answers option `number` (1-based), or "" past the last key."""
+    return OPTION_KEYS[number - 1] if 1 <= number <= len(OPTION_KEYS) else ""
 
 
 @dataclass
@@ -56,7 +64,7 @@ class WalkScreen(Screen[None]):
         # A priority binding runs as the key arrives, so "/gpu" typed fast lands in the search box.
         Binding("slash", "search", "Search", priority=True),
         Binding("question_mark", "unknown", "Don't know", show=False),
-        *(Binding(str(n), f"choose({n})", show=False) for n in range(1, 10)),
+        *(Binding(key, f"choose({n})", show=False) for n, key in enumerate(OPTION_KEYS, 1)),
         Binding("j", "jump", "Jump"),
         Binding("o", "override", "Override"),
         Binding("p", "probes", "Probes"),
@@ -135,11 +143,12 @@ class WalkScreen(Screen[None]):
             options.focus()
         options.clear_options()
         if isinstance(node, QuestionNode):
-            panel.border_title = "Your answer: 1-9, ↑↓ Enter, or click" + (
+            last = option_key(len(node.options)) or " "
+            panel.border_title = f"Your answer: 1-{last}, ↑↓ Enter, or click" + (
                 ", ? don't know" if node.unknown else ""
             )
             for number, option in enumerate(node.options, 1):
-                key = f"{number}" if number <= 9 else " "
+                key = option_key(number) or " "
                 options.add_option(Option(Content.assemble((f"{key}  ", "bold $accent"), option.label)))
             if node.unknown is not None:
                 options.add_option(
@@ -432,26 +441,3 @@ class WalkScreen(Screen[None]):
             self.session.forget_probe(action.value)
             self.show_position()
         self.query_one("#options").focus()
-
-
-def open_override(screen: Screen[Any], session: Session, node_id: str, done: Callable[[], None]) -> None:
-    """Ask which branch a probe node should take, apply it to the session, then call `done`."""
-    node = session.kb.graph.nodes[node_id]
-    assert isinstance(node, ProbeNode)
-    record = session.record_for(node_id)
-    step = session.step_for(node_id)
-    if record is not None and record.result is not None:
-        found = record.result.summary or str(record.value)
-    elif record is not None:
-        found = "nothing (cancelled)"
-    else:
-        found = step.answer if step else "nothing yet"
-    choices = session.override_choices(node_id)
-    titles = {c.target: session.target_title(c.target) for c in choices}
-
-    def chosen(value: str | None) -> None:
-        if value:
-            session.override(node_id, value)
-            done()
-
-    screen.app.push_screen(OverrideScreen(node.prompt, found, choices, titles), chosen)
