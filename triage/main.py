@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import TextIO
 
 from triage import __version__
-from triage.core.errors import UserError
+from triage.core.errors import UserError, shown
 from triage.core.exitcodes import Exit
 from triage.core.termination import Terminated, install_signal_handlers
 
@@ -28,7 +28,7 @@ DEFAULT_COMMAND = "tui"  # `triage` with no arguments opens the interactive app 
 _CLI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli")
 # Commands that belong to a front end other than the terminal one.
 _FRONT_END_COMMANDS = {"tui": "triage.tui.command", "docs": "triage.site.command"}
-_GLOBAL_OPTIONS_WITH_VALUE = ("--kb",)
+_GLOBAL_OPTIONS_WITH_VALUE = ("--kb", "--script")
 _DESCRIBES_ALL = ("completion",)  # commands that need every other command's parser
 
 
@@ -116,6 +116,12 @@ def build_parser(modules: dict[str, ModuleType]) -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-color", action="store_true", help="plain output even on a terminal (NO_COLOR works too)"
     )
+    parser.add_argument(
+        "--script",
+        dest="global_script",
+        metavar="PATH",
+        help="your training script, for the commands that read it (the app, walk, probe): same as their --script",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in sorted(modules.items()):
         command = sub.add_parser(
@@ -177,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser(modules)
         args = parser.parse_args(argv)
         if args.kb is not None:
+            if not args.kb.strip():
+                raise UserError("--kb: the directory name is empty")
             os.environ["TRIAGE_KNOWLEDGE"] = args.kb
         if args.no_color:
             os.environ["NO_COLOR"] = "1"
@@ -186,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
             return Exit.OK
         if args.command is None:
             args = parser.parse_args([*argv, name])
+        if args.global_script is not None:
+            if not hasattr(args, "script"):
+                raise UserError(f"--script: `triage {name}` does not read a training script")
+            args.script = args.script or args.global_script
         args.root_parser = parser  # `triage completion` describes the whole command line
         return int(modules[name].run(args))
     except UserError as exc:
@@ -201,11 +213,21 @@ def main(argv: list[str] | None = None) -> int:
         # The reader went away (e.g. `| head`): not an error worth a traceback.
         sys.stderr.close()
         return Exit.OK
+    except OSError as exc:
+        if debug or exc.filename is None:
+            return _internal(exc, debug)
+        # A path the user named that the system refuses (too long, a loop of links, a full disk).
+        print(f"triage: error: {shown(exc.filename)}: {exc.strerror or exc}", file=sys.stderr)
+        return Exit.USAGE
     except Exception as exc:
-        if debug:
-            raise
-        print(
-            f"triage: internal error: {type(exc).__name__}: {exc} (set TRIAGE_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return Exit.INTERNAL
+        return _internal(exc, debug)
+
+
+def _internal(exc: Exception, debug: bool) -> int:
+    if debug:
+        raise exc
+    print(
+        f"triage: internal error: {type(exc).__name__}: {shown(exc, 300)} (set TRIAGE_DEBUG=1 for the traceback)",
+        file=sys.stderr,
+    )
+    return Exit.INTERNAL

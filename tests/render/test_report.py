@@ -22,8 +22,8 @@ from triage.render.report import (
     first_command,
     first_shell_command,
     report_filename,
-    verify_headline,
 )
+from triage.render.verify import verify_headline
 
 TOKEN = "hf_" + "q" * 30
 WHEN = datetime(2026, 3, 1, 12, 30, tzinfo=UTC)

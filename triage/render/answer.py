@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from triage.core.model import Entry, KnowledgeBase
-from triage.render.entry_text import related_lines, verify_text
-from triage.render.terminal import BOLD, DIM, Style, banner, heading, render_blocks
+from triage.render.entry_text import FULL_PARTS, parts_lines, verify_banner
+from triage.render.terminal import BOLD, DIM, Style, heading, render_blocks
 
 SCREEN_ROWS = 24
 MIN_FIX = 4  # lines of the fix shown whatever else there is
@@ -96,20 +96,13 @@ def answer_lines(
     """The whole answer; within `rows` lines unless `full`."""
     title = textwrap.wrap(verdict_line(entry, score, verdict), style.width, break_long_words=False)
     head = [style.paint(line, BOLD) for line in _clip(title, 2)]
-    verify = banner(entry.verify.needed, verify_text(entry), style)
+    verify = verify_banner(entry, style)
     summary = render_blocks([{"t": "p", "c": [["text", entry.summary]]}], style)
     fix = field_lines(kb, entry, "fix", style)
     asked = ["", *question_lines(question, style)] if question is not None else []
     others = [ranking_line(other, other_score) for other, other_score in alternatives]
     if full:
-        rest = ["", heading("Fix", style), *fix]
-        rest += ["", heading("Why it happens", style), *field_lines(kb, entry, "root_cause", style)]
-        if entry.symptoms:
-            rest += ["", heading("Symptoms", style), *(f"  - {s}" for s in entry.symptoms)]
-        rest += related_lines(kb, entry, style)
-        if entry.references:
-            rest += ["", heading("References", style)]
-            rest += [f"  - {ref.title}: {ref.url}" for ref in entry.references]
+        rest = parts_lines(kb, entry, style, FULL_PARTS - {"verification"})
         tail = [
             *asked,
             *(["", style.paint("Also possible (triage show ID):", BOLD), *others] if others else []),

@@ -22,6 +22,7 @@ from triage.core.logscan.verdict import Verdict
 from triage.core.model import Confirm, Entry, KnowledgeBase, ProbeNode
 from triage.core.walker import Step, fact_text
 from triage.render.fix_command import first_command, first_shell_command
+from triage.render.verify import verify_headline
 
 __all__ = [
     "REPORT_PROBES",
@@ -71,16 +72,6 @@ def confirmations(entry: Entry, facts: Mapping[str, object]) -> list[Confirmatio
             value = fact_text(facts[confirm.fact])
             out.append(Confirmation(confirm, value, value in {v.lower() for v in confirm.values}))
     return out
-
-
-def verify_headline(entry: Entry) -> str:
-    """One line saying whether the fix changes the experiment, naming what it changes."""
-    if entry.verify.needed:
-        from triage.render.document import CHANGE_WORDS
-
-        changes = ", ".join(CHANGE_WORDS.get(c, c.replace("_", " ")) for c in entry.verify.changes)
-        return f"RE-CHECK YOUR EXPERIMENT: this fix changes {changes}."
-    return "No experiment re-check needed: this fix does not change what the run computes."
 
 
 def report_filename(label: str, when: datetime) -> str:

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import App
 from textual.binding import Binding, BindingType
@@ -22,6 +22,9 @@ from triage.core.inventory import Inventory
 from triage.core.model import KnowledgeBase
 from triage.core.session import Session
 from triage.tui.palette import EntryCommands
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 __all__ = ["NoProbes", "TriageApp", "make_app"]
 
@@ -54,8 +57,10 @@ class TriageApp(App[None]):
         clock: Callable[[], float] = time.monotonic,
         theme: str = "textual-dark",
         read_inventory: InventoryReader | None = None,
+        handle_signals: bool = False,
     ) -> None:
         super().__init__()
+        self.handle_signals = handle_signals
         self.kb = kb
         self.runner = runner
         # What the exported report lists about the machine beyond the probes; None: not looked at.
@@ -64,12 +69,35 @@ class TriageApp(App[None]):
         self.report_dir = report_dir
         self.clock = clock
         self.session = Session(kb)
+        self.session.skip_probes(self.probe_options.missing_inputs())
         self.theme = theme
 
     def get_default_screen(self) -> Screen[None]:
         from triage.tui.walk_screen import WalkScreen
 
         return WalkScreen(self.session, self.runner, self.probe_options, self.clock)
+
+    def on_mount(self) -> None:
+        if self.handle_signals:
+            import asyncio
+            import signal
+
+            loop = asyncio.get_running_loop()
+            for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+                number = getattr(signal, name, None)
+                if number is not None:
+                    loop.add_signal_handler(number, self._end_by_signal, number)
+
+    def _end_by_signal(self, number: int) -> None:
+        """Ctrl-C, SIGTERM, SIGHUP: stop every probe at once, then close as `q` does."""
+        self.exit(return_code=128 + number)
+
+    def exit(self, result: None = None, return_code: int = 0, message: RenderableType | None = None) -> None:
+        # A probe still running must not hold the exit up, nor outlive the app: its processes go now.
+        shutdown = getattr(self.runner, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+        super().exit(result, return_code, message)
 
     def action_toggle_theme(self) -> None:
         self.theme = THEMES[1] if self.theme == THEMES[0] else THEMES[0]
@@ -100,9 +128,13 @@ def make_app(
     clock: Callable[[], float] = time.monotonic,
     theme: str = "textual-dark",
     read_inventory: InventoryReader | None = None,
+    handle_signals: bool = False,
 ) -> TriageApp:
     """Build the app: the bundled knowledge base and the real probes unless told otherwise. The
-    machine's inventory (for the exported report) is read only where probes may run."""
+    machine's inventory (for the exported report) is read only where probes may run.
+
+    `handle_signals` (the CLI's app, not the tests'): Ctrl-C, SIGTERM and SIGHUP close the app,
+    stopping its probes, instead of tearing it down mid-frame."""
     if kb is None:
         from triage.kb.loader import load_kb
 
@@ -119,4 +151,5 @@ def make_app(
         clock=clock,
         theme=theme,
         read_inventory=read_inventory,
+        handle_signals=handle_signals,
     )

@@ -24,6 +24,7 @@ from triage.core.session import Session
 from triage.core.walker import Step
 from triage.render import report
 from triage.render.conversation import evidence_text
+from triage.render.verify import verify_headline
 from triage.tui.modals import OverrideScreen, ProbesScreen
 
 
@@ -37,7 +38,7 @@ class ResultAction:
 
 
 # The sections of the shared entry document the result shows, in this order: the fix first.
-RESULT_SECTIONS = ("Fix", "Verification", "Root cause", "Error signatures", "References")
+RESULT_PARTS = ("fix", "verification", "root_cause", "signatures", "references")
 
 
 def entry_markdown(kb: KnowledgeBase, entry: Entry) -> str:
@@ -45,12 +46,9 @@ def entry_markdown(kb: KnowledgeBase, entry: Entry) -> str:
     and the cause, taken from the same Markdown the CLI and the docs site render."""
     from triage.render.document import entry_sections, md_inline
 
-    sections = {part.title: part for part in entry_sections(entry, kb)}
     lines = [md_inline(entry.summary), ""]
-    for title in RESULT_SECTIONS:
-        part = sections.get(title)
-        if part is not None:
-            lines += [f"## {part.title}", "", part.body, ""]
+    for part in entry_sections(entry, kb, only=RESULT_PARTS):
+        lines += [f"## {part.title}", "", part.body, ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -81,7 +79,7 @@ class ResultScreen(Screen[ResultAction | None]):
         needed = entry.verify.needed
         mark = "⚠" if needed else "✓"
         with Vertical(id="banner", classes="-verify" if needed else "-no-verify"):
-            yield Static(Content(f"{mark}  {report.verify_headline(entry)}"), id="banner-head")
+            yield Static(Content(f"{mark}  {verify_headline(entry)}"), id="banner-head")
             yield Static(Content(entry.verify.why.strip()), id="banner-why")
         kind = "  (not covered by triage: where to look instead)" if not entry.covered else ""
         yield Static(
@@ -116,7 +114,8 @@ class ResultScreen(Screen[ResultAction | None]):
         lines: list[str] = []
         if self.how:
             lines.append(self.how)
-        for number, step in enumerate(self.trail, 1):
+        shown = [step for step in self.trail if not self.session.skipped_step(step)]
+        for number, step in enumerate(shown, 1):
             node = self.session.kb.graph.nodes.get(step.node)
             target = self._target_words(step.target)
             if isinstance(node, ProbeNode):

@@ -61,3 +61,27 @@ def regex_not_empty(ctx: Context) -> Iterator[Finding]:
                 f"signatures[{index}].pattern",
                 "regex matches the empty string, so it would match every line",
             )
+
+
+@rule(
+    "KB019",
+    "examples-match",
+    finds="a signature whose `examples` include a line its pattern does not match",
+    why="the examples are the real lines the signature was written for; one that no longer matches "
+    "means the pattern (or the pasted line) is wrong, and `triage log` would miss that failure",
+    fix="correct the pattern so it matches the real line (or paste the line verbatim from the thread or log)",
+)
+def examples_match(ctx: Context) -> Iterator[Finding]:
+    for src, _, index, signature in signatures(ctx):
+        regex = compiled(signature)
+        if regex is None:
+            continue  # regex-compiles reports it
+        for number, example in enumerate(signature.examples):
+            if not regex.search(example):
+                line = ctx.line(src, "signatures", index, "examples", number)
+                yield Finding(
+                    src,
+                    line,
+                    f"signatures[{index}].examples[{number}]",
+                    f"the pattern does not match this example: {example[:120]!r}",
+                )
