@@ -187,7 +187,7 @@ class ResultScreen(Screen[ResultAction | None]):
         from concurrent.futures import ThreadPoolExecutor
 
         from triage.core.findings import findings
-        from triage.render.report import REPORT_PROBES, ReportInput, build_report
+        from triage.render.report import REPORT_PROBES, ReportInput, build_report, not_run_here
 
         app = self.app
         session = self.session
@@ -195,7 +195,8 @@ class ResultScreen(Screen[ResultAction | None]):
         options: ProbeOptions = getattr(app, "probe_options", ProbeOptions())
         runner: ProbeRunner = getattr(app, "runner")  # noqa: B009 (the app's, not this screen's)
         done = session.probe_results()
-        missing = [name for name in REPORT_PROBES if name not in {r.name for r in done}]
+        wanted = [*REPORT_PROBES, *(["lint"] if options.script else [])]
+        missing = [name for name in wanted if name not in {r.name for r in done}]
         with ThreadPoolExecutor(max_workers=max(1, len(missing))) as pool:
             extra = list(pool.map(lambda name: runner.run(name, options, cancel), missing))
         reader = getattr(app, "read_inventory", None)
@@ -211,9 +212,7 @@ class ResultScreen(Screen[ResultAction | None]):
             host=socket.gethostname(),
             command="the interactive app, `e` on the result",
             results=results,
-            not_run={"dist": "the mini-test runs only where the walk asks for it (or `triage report --dist`)"}
-            if "dist" not in {r.name for r in results}
-            else {},
+            not_run=not_run_here(results, script=options.script),
             inventory=inventory,
             inventory_why="probes are switched off (--no-probes)",
             findings=findings(facts, session.kb, flagged),
