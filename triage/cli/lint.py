@@ -23,7 +23,7 @@ from triage.core.exitcodes import Exit
 if TYPE_CHECKING:
     from triage.core.lint import Finding, LaunchFacts, Selection
 
-HELP = "check training scripts for bugs that hang or corrupt a distributed run (triage lint train.py)"
+HELP = "check a training script for distributed bugs"
 DESCRIPTION = (
     "Static analysis of Python training scripts (files or directories; .sh launch scripts too) for the "
     "distributed bugs of the knowledge base: collectives reached on rank 0 only, set_device(RANK), "
