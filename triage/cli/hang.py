@@ -145,28 +145,3 @@ def run(args: argparse.Namespace) -> int:
 
         print(redact_text("\n".join(hang_lines(kb, picture, style_for(), full=args.full))))
     return Exit.OK if picture.diagnoses else Exit.NOT_FOUND
-
-
-def report_part(args: argparse.Namespace) -> Any:
-    """`triage report`: the picture of a job hanging on this machine, when there is one."""
-    from probes.hang import NoJob
-    from probes.hang.gather import HangInputError, HangOptions, gather
-    from triage.core.hang.analyse import analyse
-    from triage.kb.loader import load_kb
-    from triage.render.hang_text import hang_markdown
-    from triage.render.report import ExtraPart
-
-    if getattr(args, "no_probes", False):
-        return None
-    try:
-        found = gather(HangOptions(pids=(), timeout_s=min(5.0, getattr(args, "probe_timeout", 5.0))))
-    except (NoJob, HangInputError):
-        return None  # no distributed job runs here: nothing hangs
-    if not found.samples or all(s.error for s in found.samples):
-        return None
-    picture = analyse(found.samples, found.records)
-    entries = tuple(d.entry for d in picture.diagnoses)
-    body = "\n".join(hang_markdown(load_kb(), picture))
-    return ExtraPart(
-        "A job hanging on this machine", body, entries, how="the live stacks of its ranks (triage hang)"
-    )

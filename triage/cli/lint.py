@@ -23,7 +23,7 @@ from triage.core.exitcodes import Exit
 if TYPE_CHECKING:
     from triage.core.lint import Finding, LaunchFacts, Selection
 
-HELP = "find what hangs or corrupts a run in a training script"
+HELP = "check a training script for distributed bugs"
 DESCRIPTION = (
     "Static analysis of Python training scripts (files or directories; .sh launch scripts too) for the "
     "distributed bugs of the knowledge base: collectives reached on rank 0 only, set_device(RANK), "
@@ -382,29 +382,3 @@ def _as_json(findings: list[Finding], work: Work) -> dict[str, Any]:
         "files": len(work.sources),
         "skipped": work.skipped,
     }
-
-
-def report_part(args: argparse.Namespace) -> Any:
-    """`triage report --script FILE`: the script's findings as a report section."""
-    from probes.lint import _target
-    from triage.core.lint import RULES, SourceError, lint_source
-    from triage.render.report import ExtraPart
-
-    if not getattr(args, "script", None):
-        return None
-    try:
-        path, text, launch = _target(Path(args.script).expanduser())
-    except SourceError as exc:
-        return ExtraPart("Training script", f"`{args.script}` could not be checked: {exc}")
-    findings = lint_source(text, str(path), launch=launch)
-    if not findings:
-        return ExtraPart("Training script", f"`triage lint {path.name}`: no findings.")
-    lines = [f"`triage lint {path.name}`: {_plural(len(findings), 'finding')}.", "", "```text"]
-    lines += [f.text() for f in findings]
-    lines.append("```")
-    order = {"error": 0, "warning": 1, "info": 2}
-    ranked = sorted(findings, key=lambda f: order.get(f.severity, 3))
-    entries = tuple(dict.fromkeys(RULES[f.code].entry for f in ranked if f.severity != "info"))
-    return ExtraPart(
-        "Training script", "\n".join(lines), entries, how="static checks of the script (triage lint)"
-    )
