@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from probes import launchers
+
 # triage's own processes that carry RANK: itself under a test, and the dist probe's mini-test ranks.
 OWN_PROCESS_VARS = ("TRIAGE_HANG_SELF", "TRIAGE_DIST_CHILD")
-RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
-LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
-WORLD_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
-LOCAL_WORLD_VARS = ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE")
+RANK_VARS = launchers.RANK
+LOCAL_RANK_VARS = launchers.LOCAL_RANK
+WORLD_VARS = launchers.WORLD_SIZE
+LOCAL_WORLD_VARS = launchers.LOCAL_WORLD_SIZE
 
 
 @dataclass(frozen=True)
@@ -28,12 +30,7 @@ class Proc:
     readable: bool = True  # False when the environment is another user's (not ours to read)
 
     def first(self, names: tuple[str, ...]) -> int | None:
-        for name in names:
-            value = self.env.get(name, "")
-            head = value.split("(")[0].split(",")[0]
-            if head.isdigit():
-                return int(head)
-        return None
+        return launchers.first_int(self.env, names)
 
     @property
     def rank(self) -> int | None:

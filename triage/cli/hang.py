@@ -13,7 +13,7 @@ from triage.core.exitcodes import Exit
 if TYPE_CHECKING:
     from triage.core.hang.analyse import HangPicture
 
-HELP = "look at a hung job's ranks now: who waits in which collective, at which line, and why"
+HELP = "a hung job now: which rank waits where, and why"
 DESCRIPTION = (
     "Find the distributed job on this machine (torchrun, accelerate, deepspeed, srun workers, or any "
     "process with RANK/LOCAL_RANK in its environment), read every rank's Python stack with py-spy "

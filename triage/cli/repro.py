@@ -13,7 +13,7 @@ import sys
 from triage.core.errors import UserError
 from triage.core.exitcodes import Exit
 
-HELP = "run a real failure reproduction (CPU, gloo) and diagnose its output: triage repro D20"
+HELP = "watch a real failure happen on CPU, then diagnose it"
 DESCRIPTION = (
     "Run one of the bundled failure reproductions under real torch (gloo on CPU), bounded in time "
     "and cleaned up afterwards, print its output, then run `triage log` on that output. "
@@ -28,22 +28,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from triage.core.errors import shown
     from triage.repro import SCENARIOS, find
 
-    if args.list or not args.id:
+    if args.list or args.id is None:
         for item in SCENARIOS:
             print(f"{item.id:<5} {item.title}  (bound {item.bound_s:.0f} s)")
         return Exit.OK
-    scenario = find(args.id)
+    scenario = find(args.id) if args.id.strip() else None
     if scenario is None:
         known = ", ".join(s.id for s in SCENARIOS)
-        raise UserError(f"no reproduction for {args.id!r}; there are: {known}")
+        raise UserError(f"no reproduction for {shown(args.id)}; there are: {known}")
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
         raise UserError("reproductions need torch: pip install 'triage[torch]'")
     if sys.platform != "linux":
         raise UserError("reproductions need Linux (their clean-up reads /proc)")
+    if args.save is not None:
+        _check_writable(args.save)  # before a run of up to a minute, not after it
 
     from triage.repro.runner import run as run_scenario
 
@@ -66,6 +69,23 @@ def run(args: argparse.Namespace) -> int:
     return _diagnose(result.output, scenario.id)
 
 
+def _check_writable(path: str) -> None:
+    import os
+
+    from triage.core.errors import shown
+
+    name = shown(path)
+    if not path.strip():
+        raise UserError("--save: the file name is empty")
+    if os.path.isdir(path):
+        raise UserError(f"--save {name}: is a directory; name a file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UserError(f"--save {name}: the directory {shown(parent)} does not exist")
+    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UserError(f"--save {name}: cannot be written (permission denied)")
+
+
 def _diagnose(output: str, name: str) -> int:
     from triage.cli import log
     from triage.core.logscan.patterns import compile_signatures
@@ -78,5 +98,5 @@ def _diagnose(output: str, name: str) -> int:
     source = scanner.source(f"repro-{name}.log")
     scanner.feed_block(source, output.encode("utf-8"), 1)
     verdict = decide(scanner.scan, kb)
-    log.print_verdict(scanner.scan, verdict, kb, top=3)
+    log.emit(log.verdict_text(scanner.scan, verdict, kb, top=3))
     return Exit.OK if verdict.found else Exit.NOT_FOUND

@@ -34,6 +34,8 @@ class Signature(NamedTuple):
     # True for lines that usually echo another rank's failure (a watchdog timeout on a survivor,
     # torchrun's ChildFailedError summary): a log scan ranks them below an earlier real failure.
     echo: bool = False
+    # Real log lines the pattern must match (checked by `triage kb check`).
+    examples: tuple[str, ...] = ()
 
 
 class Verify(NamedTuple):

@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from triage.repro.settings import SETTINGS, Setting
+
 HERE = Path(__file__).resolve().parent / "scripts"
+# torch's CPU build segfaults (exit -11) when a DDP model is built under DETAIL: the run then shows
+# a segfault (P6), not the failure the scenario is about.
+_DDP_UNDER_DETAIL = {
+    "debug-detail": "this torch build segfaults building DDP under TORCH_DISTRIBUTED_DEBUG=DETAIL"
+}
 
 
 @dataclass(frozen=True)
@@ -26,10 +33,23 @@ class Scenario:
     env: dict[str, str] = field(default_factory=dict)
     torchrun_args: tuple[str, ...] = ()
     also: tuple[str, ...] = ()  # entries that should appear among the next diagnoses
+    # settings (triage.repro.settings) this scenario is not run in, and why
+    skip: dict[str, str] = field(default_factory=dict)
 
     @property
     def path(self) -> Path:
         return HERE / self.script
+
+    def settings(self) -> tuple[Setting, ...]:
+        """The settings this scenario runs in: torchrun's own options need torchrun."""
+        found = []
+        for item in SETTINGS:
+            if item.name in self.skip:
+                continue
+            if self.launch == "python" and (item.torchrun_args or item.log_dir):
+                continue
+            found.append(item)
+        return tuple(found)
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -57,6 +77,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "train_unused_param.py",
         expect="D8",
         first_rank=None,  # every rank fails the same way; any of them may print first
+        skip=_DDP_UNDER_DETAIL,
     ),
     Scenario(
         "D9",
@@ -65,6 +86,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect="D9",
         first_rank=None,  # both ranks raise at the same step; print order varies
         also=("D22",),
+        skip=_DDP_UNDER_DETAIL,
     ),
     Scenario(
         "D19",
@@ -74,6 +96,10 @@ SCENARIOS: tuple[Scenario, ...] = (
         first_rank=None,  # both ranks detect the mismatch at once
         env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
         also=("D21",),
+        skip={
+            "debug-info": "the scenario is the DETAIL run; INFO would not report the mismatch",
+            "debug-detail": "the scenario already runs under DETAIL",
+        },
     ),
     Scenario(
         "D21",
@@ -82,6 +108,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect="D21",
         first_rank=None,  # both ranks time out in their own collective
         also=("MN3",),
+        skip={"debug-detail": "under DETAIL torch names the mismatch itself: that run is the D19 scenario"},
     ),
     Scenario(
         "D20",
@@ -89,6 +116,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "train_diverged.py",
         expect="D20",
         first_rank=1,
+        skip=_DDP_UNDER_DETAIL,
     ),
     Scenario(
         "MN3",
@@ -96,6 +124,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "train_straggler.py",
         expect="MN3",
         first_rank=0,  # the rank that times out first; the straggler itself reports nothing
+        skip=_DDP_UNDER_DETAIL,
     ),
     Scenario(
         "MN5",
@@ -107,6 +136,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         # INFO makes torchrun print its restart decisions; restarting needs its own store here.
         env={"LOGLEVEL": "INFO", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
         torchrun_args=("--max-restarts=1",),
+        skip=_DDP_UNDER_DETAIL,
     ),
     Scenario(
         "D23",

@@ -10,6 +10,7 @@ period, SIGKILL.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import signal
 import socket
@@ -23,7 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from triage.core import children
 from triage.repro import Scenario
+from triage.repro.settings import DEFAULT, Setting
 
 TOKEN_VAR = "TRIAGE_REPRO_TOKEN"
 GRACE_S = 3.0
@@ -40,6 +43,8 @@ _SCRUB = (
     "TORCH_DISTRIBUTED_DEBUG",
     "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
     "LOGLEVEL",
+    "TORCH_CPP_LOG_LEVEL",
+    "NCCL_DEBUG",
 )
 
 
@@ -52,6 +57,13 @@ class RunResult:
     timed_out: bool
     leftover: list[int] = field(default_factory=list)  # PIDs still alive after clean-up (should be [])
     token: str = ""
+    setting: Setting = DEFAULT
+    # --log-dir runs: each per-rank file, by its path under the log directory (`attempt_0/1/stderr.log`)
+    files: dict[str, str] = field(default_factory=dict)
+
+    def sources(self) -> list[tuple[str, str]]:
+        """(name, text) of everything the run printed: the console, then any per-rank files."""
+        return [("console.log", self.output), *sorted(self.files.items())]
 
 
 def processes_with_token(token: str) -> list[int]:
@@ -105,77 +117,126 @@ def _wait_for_port(port: int, timeout: float) -> bool:
     return False
 
 
-def _torchrun(scenario: Scenario, extra: list[str]) -> list[str]:
+def _torchrun(scenario: Scenario, extra: list[str], setting: Setting, log_dir: Path | None) -> list[str]:
+    logs = ["--redirects", "3", "--log-dir", str(log_dir)] if log_dir is not None else []
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
         *extra,
+        *setting.torchrun_args,
+        *logs,
         *scenario.torchrun_args,
         str(scenario.path),
     ]
 
 
-def run(scenario: Scenario, echo: Callable[[str], None] | None = None) -> RunResult:
-    """Run one scenario to completion or to its bound; capture its combined output."""
+def _stamp(line: str) -> str:
+    """A collector's arrival time in front of a line, as `kubectl logs --timestamps` writes it."""
+    now = datetime.datetime.now(datetime.UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z " + line
+
+
+def _rank_files(log_dir: Path) -> dict[str, str]:
+    """The per-rank files torchrun wrote under `log_dir`, by their path below the run's folder."""
+    found = {}
+    for path in sorted(log_dir.rglob("*.log")):
+        parts = path.relative_to(log_dir).parts
+        name = "/".join(parts[1:]) if len(parts) > 1 else parts[0]  # drop torchrun's run-id folder
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if text:
+            found[name] = text
+    return found
+
+
+def run(
+    scenario: Scenario, echo: Callable[[str], None] | None = None, setting: Setting = DEFAULT
+) -> RunResult:
+    """Run one scenario in one setting to completion or to its bound; capture what it printed."""
     token = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     env.update(scenario.env)
+    env.update(setting.env)  # a scenario skips the settings that would undo what it needs
     env.update({TOKEN_VAR: token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     started = time.monotonic()
     deadline = started + scenario.bound_s
     lines: list[str] = []
+    files: dict[str, str] = {}
+    launched: list[subprocess.Popen[str]] = []
+    timed_out = False
+    leftover: list[int] = []
     with tempfile.TemporaryDirectory(prefix="triage-repro-") as workdir:
         env["TRIAGE_REPRO_CHECKPOINT"] = str(Path(workdir) / "checkpoint.pt")
-        if scenario.launch == "python":
-            command = [sys.executable, str(scenario.path)]
-        elif scenario.launch == "two-jobs":
-            port = free_port()
-            common = ["--nnodes=1", "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={port}"]
-            subprocess.Popen(
-                _torchrun(scenario, common),
+        log_dir = Path(workdir) / "logs" if setting.log_dir and scenario.launch != "python" else None
+        reader: threading.Thread | None = None
+        try:
+            if scenario.launch == "python":
+                command = [sys.executable, str(scenario.path)]
+            elif scenario.launch == "two-jobs":
+                port = free_port()
+                common = [
+                    "--nnodes=1",
+                    "--nproc-per-node=1",
+                    "--master-addr=127.0.0.1",
+                    f"--master-port={port}",
+                ]
+                launched.append(
+                    children.popen(
+                        _torchrun(scenario, common, DEFAULT, None),
+                        env=env,
+                        cwd=workdir,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        text=True,
+                    )
+                )
+                _wait_for_port(port, max(1.0, deadline - time.monotonic() - 10))
+                command = _torchrun(scenario, common, setting, log_dir)
+            else:
+                command = _torchrun(scenario, ["--standalone", "--nproc-per-node=2"], setting, log_dir)
+            proc = children.popen(
+                command,
                 env=env,
                 cwd=workdir,
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
             )
-            _wait_for_port(port, max(1.0, deadline - time.monotonic() - 10))
-            command = _torchrun(scenario, common)
-        else:
-            command = _torchrun(scenario, ["--standalone", "--nproc-per-node=2"])
-        proc = subprocess.Popen(
-            command,
-            env=env,
-            cwd=workdir,
-            start_new_session=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
+            launched.append(proc)
 
-        def pump() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                lines.append(line)
-                if echo is not None:
-                    echo(line)
+            def pump() -> None:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    if setting.timestamps:
+                        line = _stamp(line)
+                    lines.append(line)
+                    if echo is not None:
+                        echo(line)
 
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
-        timed_out = False
-        try:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            leftover = end_processes(token)
+            reader = threading.Thread(target=pump, daemon=True)
+            reader.start()
             try:
-                proc.wait(timeout=5)
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
-            reader.join(timeout=5)
+                timed_out = True
+        finally:
+            # Also on Ctrl-C or SIGTERM: torchrun's workers live in sessions of their own.
+            leftover = end_processes(token)
+            for child in launched:
+                children.reap(child)
+            if reader is not None:
+                reader.join(timeout=5)
+        if log_dir is not None and log_dir.is_dir():
+            files = _rank_files(log_dir)
     return RunResult(
-        scenario, "".join(lines), proc.returncode, time.monotonic() - started, timed_out, leftover, token
+        scenario,
+        "".join(lines),
+        proc.returncode,
+        time.monotonic() - started,
+        timed_out,
+        leftover,
+        token,
+        setting,
+        files,
     )

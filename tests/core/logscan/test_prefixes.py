@@ -50,7 +50,6 @@ def test_prefixes_are_peeled(line: str, rank: int, host: str | None, body: str) 
     "line",
     [
         "[W socket.cpp:436] [c10d] The server socket has failed to bind",
-        "[2024-05-01 12:00:00,123] step 4",
         "[12:00:01] loss 3.2",
         "E1122 04:12:07.467000 10825 torch/distributed/elastic/multiprocessing/api.py:1002] failed",
         "15:39:38 training started",
@@ -60,6 +59,44 @@ def test_lines_without_a_rank_prefix_are_left_alone(line: str) -> None:
     split = split_prefix(line)
     assert split.rank is None
     assert split.body == line
+
+
+@pytest.mark.parametrize(
+    ("line", "rank", "body"),
+    [
+        ("2024-05-01T12:00:00.123456789Z [default1]:[rank1]: boom", 1, "boom"),
+        (
+            "2024-05-01T12:00:00.123456Z Traceback (most recent call last):",
+            None,
+            "Traceback (most recent call last):",
+        ),
+        ("[2024-05-01 12:00:00,123] step 4", None, "step 4"),
+        (
+            "(RayWorkerWrapper pid=1890, ip=10.41.0.8) [rank8]:[E ProcessGroupGloo.cpp:144] Gloo connectFullMesh",
+            8,
+            "[E ProcessGroupGloo.cpp:144] Gloo connectFullMesh",
+        ),
+        (
+            "(VllmWorkerProcess pid=13359) RuntimeError: Cannot re-initialize CUDA",
+            None,
+            "RuntimeError: Cannot re-initialize CUDA",
+        ),
+        (
+            "Fri Aug 11 12:31:45 2023[1,3]<stdout>:tomte401:1850304:1881110 [3] transport.cc:154 NCCL WARN x",
+            3,
+            "transport.cc:154 NCCL WARN x",
+        ),
+        (
+            "gpu617:22841:22841 [0] bootstrap.cc:37 NCCL WARN Bootstrap : no socket",
+            0,
+            "bootstrap.cc:37 NCCL WARN Bootstrap : no socket",
+        ),
+        ("[trainer3]:host1:1958:1958 [1] NCCL INFO Using eth2", 3, "NCCL INFO Using eth2"),
+    ],
+)
+def test_collector_process_and_nccl_prefixes(line: str, rank: int | None, body: str) -> None:
+    split = split_prefix(line)
+    assert (split.rank, split.body) == (rank, body)
 
 
 def test_rank_named_in_the_message() -> None:

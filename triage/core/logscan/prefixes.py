@@ -6,7 +6,14 @@ Launchers tag each line with the rank that printed it, each in its own way:
   `[3]:` with `TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[${rank}]:'`; older versions drop the colon;
 - torch's own excepthook once the process group exists: `[rank3]: Traceback ...`;
 - srun `--label`: `3: ` (padded with spaces on wide jobs);
-- Open MPI `--tag-output`: `[1,3]<stderr>:`.
+- Open MPI `--tag-output`: `[1,3]<stderr>:`;
+- Ray actors (vLLM, verl): `(RayWorkerWrapper pid=1890, ip=10.41.0.8) `; vLLM's own workers:
+  `(VllmWorkerProcess pid=13359) ` (these name a process, not a rank: peeled, no rank);
+- NCCL's own lines: `host:pid:tid [3] ` where the bracket is the CUDA device, the local rank.
+
+Collectors put a timestamp in front of all of them (`kubectl logs --timestamps`:
+`2024-05-01T12:00:00.123456789Z `, `mpirun --timestamp-output`: `Fri Aug 11 12:31:45 2023`,
+`[2025-05-10 23:09:41] `); it is peeled too, and the timestamp module reads it.
 
 Prefixes nest (`[default0]:[rank0]: ...`), so they are peeled one at a time. When no prefix names
 the rank, the message itself often does (`[Rank 1] Watchdog caught ...`, `[PG ID 0 ... Rank 3]`),
@@ -24,6 +31,13 @@ _BRACKET = re.compile(
 )
 _MPI = re.compile(r"\[\d+,(?P<rank>\d{1,6})\]<std(?:out|err)>: ?")
 _SRUN = re.compile(r" {0,6}(?P<rank>\d{1,6}): ")
+_PROCESS = re.compile(r"\((?:[A-Za-z_][\w.]*) pid=\d+(?:, ip=[\w.:-]+)?\) ")
+_NCCL = re.compile(r"(?P<host>[\w.-]+):\d+:\d+ \[(?P<rank>\d{1,4})\] ")
+_COLLECTOR_TIME = re.compile(
+    r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? "
+    r"|\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\] "
+    r"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4} ?)"
+)
 
 # Rank named inside the message, most specific first; only used when no prefix names it.
 _BODY_RANK = re.compile(
@@ -49,17 +63,27 @@ def split_prefix(line: str) -> Split:
     rank: int | None = None
     host: str | None = None
     body = line
-    for _ in range(4):  # nested prefixes are at most a few deep
+    for depth in range(5):  # nested prefixes are at most a few deep
         match = _BRACKET.match(body) or _MPI.match(body)
         if match is None and rank is None:
             match = _SRUN.match(body)
         if match is None:
-            break
+            peeled = (_COLLECTOR_TIME.match(body) if depth == 0 else None) or _PROCESS.match(body)
+            if peeled is None:
+                break
+            body = body[peeled.end() :]
+            continue
         rank = int(match.group("rank"))
         found_host = match.groupdict().get("host")
         if found_host:
             host = found_host
         body = body[match.end() :]
+    nccl = _NCCL.match(body)
+    if nccl is not None:
+        if rank is None:
+            rank = int(nccl.group("rank"))
+        host = host or nccl.group("host")
+        body = body[nccl.end() :]
     return Split(rank, host, body)
 
 

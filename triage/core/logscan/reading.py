@@ -197,8 +197,10 @@ def ere(anchor: str) -> str:
 def grep_command(anchors: tuple[str, ...]) -> list[str]:
     # -E rather than -F: in the C locale GNU grep 3.8 runs ~250 case-folded literals given as -E
     # through its DFA, twice as fast as its multi-string search for -F. LC_ALL=C (see _popen)
-    # keeps -i to ASCII folding, as bytes.lower() does in the python engine.
-    command = ["grep", "-n", "-a", "-i", "-E"]
+    # keeps -i to ASCII folding, as bytes.lower() does in the python engine. -A1: the line after
+    # NCCL's `Last error:` names the cause and holds no anchor of its own (context lines come
+    # back as `N-text`, and the scanner reads them only when it asked for them).
+    command = ["grep", "-n", "-a", "-i", "-A1", "-E"]
     for anchor in anchors:
         command += ["-e", ere(anchor)]
     return command
@@ -229,6 +231,7 @@ def scan_grep(
     sniff(name, bytes(head[:HEAD_BYTES]))
     if not head:
         return
+    scanner.keep_head(source, bytes(head[:HEAD_BYTES]))
     check = LineCheck(name, max_line)
     stop = threading.Event()
     command = grep_command(anchors)
@@ -303,8 +306,13 @@ def _collect(
         for raw in proc.stdout:
             if failure:
                 break
-            number, _, text = raw.partition(b":")
-            scanner.feed_candidate(source, int(number), text.decode("utf-8", "replace").rstrip("\r\n"))
+            digits = len(raw) - len(raw.lstrip(b"0123456789"))
+            if digits == 0:
+                continue  # the `--` between groups of lines
+            number = int(raw[:digits])
+            text = raw[digits + 1 :].decode("utf-8", "replace").rstrip("\r\n")
+            if raw[digits : digits + 1] == b":" or scanner.wants_line(source, number):
+                scanner.feed_candidate(source, number, text)
         finished = True
     finally:
         if not finished or failure:

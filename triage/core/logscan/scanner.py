@@ -1,18 +1,23 @@
-"""The scan: lines in, events out (signature hits, unexplained exceptions, worker exits).
+"""The scan: lines in, events out (signature hits, a rank's own errors, worker exits).
 
 The scanner is pure: it is handed lines (or blocks of whole lines, for speed) with the name of
 their source and their line numbers, and it never opens a file. It keeps a bounded number of
 events, so memory stays flat however long the log is; counters keep the totals.
 
-Three kinds of event come out:
+The events:
 
 - `hit`: a line matched a knowledge signature (`echo` when the signature says the line usually
-  echoes another rank's failure);
-- `exception`: a Python exception line no non-echo signature explains: a rank's own failure whose
-  cause the knowledge does not name (`FloatingPointError: loss is nan`);
-- `exit`: torchrun's report that a worker exited (`failed (exitcode: 1) local_rank: 1`, and the
-  failure summary); exit code -15 (SIGTERM) means the launcher stopped a rank that was still
-  running, usually because it was waiting for the one that failed.
+  echoes another rank's failure). Its `role` says when the line cannot be a cause by its form:
+  `frame` for a traceback frame (`File "...", line 3, in barrier`: where a rank was, not why it
+  failed), `umbrella` for NCCL's error classes (`ncclSystemError`), whose cause is elsewhere;
+- `exception`, `terminate` (a C++ exception's `what():`), `abort` (`terminate called without an
+  active exception`), `warn` (an NCCL WARN line) and `detail` (the line after NCCL's
+  `Last error:`): a rank's own error that no signature explains (structure.py reads them);
+- `exit`: a launcher's report that a worker exited; exit code -15 (SIGTERM) means the launcher
+  stopped a rank that was still running, usually because it was waiting for the one that failed.
+
+Each rank's traceback is also read as a block (blocks.py): the collective it was blocked in and
+the line of the user's code that called it.
 """
 
 from __future__ import annotations
@@ -21,32 +26,26 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from triage.core.logscan.blocks import RankReader
 from triage.core.logscan.patterns import STRUCTURAL_ANCHORS, SignatureSet
 from triage.core.logscan.prefixes import rank_from_path, rank_in_message, split_prefix
+from triage.core.logscan.structure import UMBRELLA, Found, Structure
 from triage.core.logscan.timestamps import timestamp
-from triage.core.model import Signature
 
 MAX_EVENTS = 5000  # events kept in full; past it, only the first of each (kind, entry, rank)
 MAX_TEXT = 400  # characters of a line kept as evidence
-
-_EXCEPTION = re.compile(
-    r"^\s*(?P<name>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::\s*(?P<msg>.*))?$"
-)
-_EXIT_LINE = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+)")
-_SUMMARY_RANK = re.compile(r"^\s*rank\s*: (?P<rank>\d+) \(local_rank: \d+\)")
-_SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (?P<code>-?\d+)")
-_SUMMARY_ROOT = re.compile(r"Root Cause \(first observed failure\)", re.IGNORECASE)
+MAX_HEAD = 16 << 10  # characters of each source kept for the query-engine fallback
 SIGTERM_EXIT = -15
 SUBSTANTIVE_WEIGHT = 0.5  # a weaker non-echo signature is a hint: it does not explain a line
-
-
-def _explains(signature: Signature) -> bool:
-    return not signature.echo and signature.weight >= SUBSTANTIVE_WEIGHT
+_FRAME_LINE = re.compile(r'^\s*(File "[^"]*", line \d+|frame #\d+:|#\d+ 0x[0-9a-f]+ in )')
+_LAST_ERROR = b"last error:"
+_GLOG_INFO = re.compile(r"^\s*\[?I\d{4} \d\d:\d\d:\d\d")
+OWN_ERROR_KINDS = ("exception", "terminate", "abort", "warn", "detail")
 
 
 @dataclass(frozen=True)
 class Event:
-    kind: str  # "hit" | "exception" | "exit"
+    kind: str  # "hit" | "exit" | one of OWN_ERROR_KINDS
     source: int  # index into Scan.sources
     line: int  # 1-based
     rank: int | None
@@ -54,15 +53,19 @@ class Event:
     text: str  # the line without its rank prefix, shortened
     entry_id: str = ""  # hits: the entry
     weight: float = 0.0  # hits: the signature's weight
-    echo: bool = False  # hits: the signature marks the line as an echo
-    note: str = ""  # hits: the signature's note; exceptions: the exception name
+    echo: bool = False  # the line echoes another failure (the signature says so, or the rules do)
+    note: str = ""  # hits: the signature's note; exceptions: the exception name; terminate: the type
     exit_code: int | None = None  # exits
+    role: str = ""  # hits: "frame" | "umbrella" | "info" when the line's form says it is not a cause
+    collective: str = ""  # exceptions: the collective the rank's traceback was blocked in
 
     @property
     def real(self) -> bool:
         """A rank's own failure, as opposed to an echo of someone else's."""
+        if self.echo:
+            return False
         if self.kind == "hit":
-            return not self.echo
+            return True
         if self.kind == "exit":
             return self.exit_code not in (None, 0, SIGTERM_EXIT)
         return True
@@ -76,10 +79,13 @@ class Scan:
     events: list[Event] = field(default_factory=list)
     lines: int = 0  # lines scanned (all of them, not only candidates)
     candidates: int = 0  # lines that passed the prefilter
-    hits: int = 0  # signature hits, including those not kept
+    hits: int = 0  # signature hits, including those not kept (a line can hold several)
+    hit_lines: int = 0  # lines with at least one signature hit
     dropped: int = 0  # events not kept because of MAX_EVENTS
     ranks_seen: set[int] = field(default_factory=set)
     root_cause_rank: int | None = None  # the rank torchrun's summary calls the root cause
+    ranks: RankReader = field(default_factory=RankReader)  # traceback blocks and wait points
+    heads: list[str] = field(default_factory=list)  # the start of each source, for the fallback
 
 
 class Scanner:
@@ -89,15 +95,17 @@ class Scanner:
         self.signatures = signatures
         self.scan = Scan()
         self._anchor_items = sorted(signatures.by_anchor.items())
+        self._current: tuple[int | None, float | None] = (None, None)
+        self._frame_at: dict[tuple[int, int | None], int] = {}  # (source, rank) -> last frame line
         self._kept: set[tuple[str, str, int | None]] = set()
-        # torchrun's failure summary spreads one failure over several lines
-        self._summary_rank: dict[int, int] = {}
-        self._summary_root: dict[int, bool] = {}
+        self._structure = Structure(self._found)
+        self.scan.ranks = self._structure.reader
         self._source_rank: dict[int, int | None] = {}
 
     def source(self, name: str) -> int:
         """Register a source (file name or `<stdin>`); returns its index for feed calls."""
         self.scan.sources.append(name)
+        self.scan.heads.append("")
         index = len(self.scan.sources) - 1
         self._source_rank[index] = rank_from_path(name)
         return index
@@ -110,8 +118,13 @@ class Scanner:
         anchors = self.signatures.anchors
         for number, line in enumerate(lines, start=first_line):
             text = line.rstrip("\r\n")
+            self._keep_head(source, text + "\n")
             lowered = text.lower() + "\n"
-            if self.signatures.unanchored or any(a in lowered for a in anchors):
+            if (
+                self.signatures.unanchored
+                or any(a in lowered for a in anchors)
+                or self.wants_line(source, number)
+            ):
                 self.feed_candidate(source, number, text)
         self.scan.lines += max(0, number - first_line + 1)
 
@@ -125,6 +138,7 @@ class Scanner:
             return 0
         lines_in_block = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
         self.scan.lines += lines_in_block
+        self.keep_head(source, block)
         lowered = block.lower()
         starts: set[int] = set()
         if self.signatures.unanchored:
@@ -139,6 +153,8 @@ class Scanner:
                     end = lowered.find(b"\n", position)
                     if end == -1:
                         break
+                    if needle == _LAST_ERROR and end + 1 < len(block):
+                        starts.add(end + 1)  # the line that names the cause
                     position = lowered.find(needle, end + 1)
         counted_to, number = 0, first_line
         for start in sorted(starts):
@@ -177,70 +193,85 @@ class Scanner:
                         candidates.append(position)
         candidates.extend(self.signatures.unanchored)
 
-        explained = False
-        echoed = False
+        matched = False
+        role = ""
+        hits_before = self.scan.hits
+        if _FRAME_LINE.match(body):
+            self._frame_at[(source, rank)] = number
+            role = "frame"
+        elif self._frame_at.get((source, rank)) == number - 1:
+            role = "frame"  # the source line a traceback prints under its frame
+        elif UMBRELLA.search(body):
+            role = "umbrella"
+        elif _GLOG_INFO.match(body):
+            role = "info"  # torch's own INFO-level log (TORCH_CPP_LOG_LEVEL=INFO): progress, not failure
         for position in candidates:
             item = self.signatures.signatures[position]
             if item.regex.search(body) or (body is not line and item.regex.search(line)):
                 sig = item.signature
-                self._hit(item.entry_id, sig.weight, sig.echo, sig.note, source, number, rank, when, short)
-                explained = explained or _explains(sig)
-                echoed = echoed or sig.echo
-
-        self._structure(source, number, rank, when, body, short, explained or echoed)
-
-    def _structure(
-        self,
-        source: int,
-        number: int,
-        rank: int | None,
-        when: float | None,
-        body: str,
-        short: str,
-        matched: bool,
-    ) -> None:
-        """The parts of the log the scanner reads itself: exceptions, torchrun's exit reports."""
-        if _SUMMARY_ROOT.search(body):
-            self._summary_root[source] = True
+                self.scan.hits += 1
+                self._add(
+                    Event(
+                        "hit",
+                        source,
+                        number,
+                        rank,
+                        when,
+                        short,
+                        item.entry_id,
+                        sig.weight,
+                        sig.echo,
+                        sig.note,
+                        role=role,
+                    )
+                )
+                matched = matched or sig.echo or sig.weight >= SUBSTANTIVE_WEIGHT
+        if self.scan.hits > hits_before:
+            self.scan.hit_lines += 1
+        self._current = (rank, when)
+        if role == "info":
             return
-        exit_line = _EXIT_LINE.search(body)
-        if exit_line:
-            self._exit(source, number, int(exit_line["rank"]), when, short, int(exit_line["code"]))
-            return
-        summary_rank = _SUMMARY_RANK.match(body)
-        if summary_rank:
-            self._summary_rank[source] = int(summary_rank["rank"])
-            if self._summary_root.pop(source, False):
-                self.scan.root_cause_rank = int(summary_rank["rank"])
-            return
-        summary_exit = _SUMMARY_EXIT.match(body)
-        if summary_exit and source in self._summary_rank:
-            worker = self._summary_rank.pop(source)
-            self._exit(source, number, worker, when, short, int(summary_exit["code"]))
-            return
-        if not matched:
-            exception = _EXCEPTION.match(body)
-            if exception:
-                self._add(Event("exception", source, number, rank, when, short, note=exception["name"]))
+        self._structure.feed(source, number, rank, body, short, matched and role != "frame")
+        self.scan.root_cause_rank = self._structure.root_cause_rank
 
-    def _hit(
-        self,
-        entry_id: str,
-        weight: float,
-        echo: bool,
-        note: str,
-        source: int,
-        number: int,
-        rank: int | None,
-        when: float | None,
-        text: str,
-    ) -> None:
-        self.scan.hits += 1
-        self._add(Event("hit", source, number, rank, when, text, entry_id, weight, echo, note))
+    def _found(self, source: int, number: int, found: Found) -> None:
+        """An event from the structure reader, on the line being scanned."""
+        _, when = self._current
+        if found.rank is not None:
+            self.scan.ranks_seen.add(found.rank)
+        self._add(
+            Event(
+                found.kind,
+                source,
+                number,
+                found.rank,
+                when,
+                found.text[:MAX_TEXT],
+                note=found.note,
+                exit_code=found.exit_code,
+                collective=found.collective,
+            )
+        )
 
-    def _exit(self, source: int, number: int, rank: int, when: float | None, text: str, code: int) -> None:
-        self.scan.ranks_seen.add(rank)
-        self._add(Event("exit", source, number, rank, when, text, exit_code=code))
+    def wants_line(self, source: int, number: int) -> bool:
+        """Whether a line without an anchor must still be read (the cause after `Last error:`)."""
+        return self._structure.wants_next_line(source, number - 1)
+
+    def keep_head(self, source: int, data: bytes) -> None:
+        """Keep the start of a source for the fallback to the query engine."""
+        have = len(self.scan.heads[source])
+        if have < MAX_HEAD:
+            self.scan.heads[source] += data[: MAX_HEAD - have].decode("utf-8", "replace")
+
+    def _keep_head(self, source: int, text: str) -> None:
+        have = len(self.scan.heads[source])
+        if have < MAX_HEAD:
+            self.scan.heads[source] += text[: MAX_HEAD - have]
+
+    def finish(self) -> Scan:
+        """Close the blocks still open (a log that ends inside a traceback); returns the scan."""
+        self._structure.reader.finish()
+        return self.scan
 
     def _add(self, event: Event) -> None:
         key = (event.kind, event.entry_id, event.rank)
@@ -267,11 +298,8 @@ def scan_lines(signatures: SignatureSet, lines: Iterable[tuple[str, int, str]]) 
     for name, number, text in lines:
         if name not in indexes:
             indexes[name] = scanner.source(name)
-        scanner.scan.lines += 1
-        lowered = text.lower().rstrip("\r\n") + "\n"
-        if signatures.unanchored or any(a in lowered for a in signatures.anchors):
-            scanner.feed_candidate(indexes[name], number, text.rstrip("\r\n"))
-    return scanner.scan
+        scanner.feed_lines(indexes[name], [text], number)
+    return scanner.finish()
 
 
 __all__ = ["STRUCTURAL_ANCHORS", "Event", "Scan", "Scanner", "scan_lines"]

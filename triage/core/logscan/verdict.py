@@ -1,39 +1,40 @@
 """From events to a verdict: the first real failure, the ranks that only waited, ranked diagnoses.
 
-The rules, in the order a person reading eight ranks of output would apply them:
+The steps, in the order a person reading eight ranks of output would take them:
 
 1. Put the events in time order: by timestamp when every source has some, else by position.
-2. The first *real* failure is the earliest event that is a rank's own failure: a non-echo
-   signature hit, an exception no signature explains, or a worker exit the rank printed nothing
-   about. Echoes (watchdog timeouts, "Connection closed by peer", torchrun's summary) only count
-   when there is nothing else.
-3. Ranks whose only events are echoes, or that the launcher stopped with SIGTERM, were waiting.
+2. Apply the consequence rules (rules.py): what follows a rank's timeout is part of it, an abort
+   after an error echoes it, NCCL's umbrella errors give way to the line that names the cause,
+   traceback frames are context.
+3. The first *real* failure is the earliest event that is a rank's own failure: a substantive
+   signature hit, an error no signature explains, or a worker exit the rank printed nothing about.
+   Echoes (watchdog timeouts, "Connection closed by peer", torchrun's summary) only count when
+   there is nothing else.
+4. Ranks whose only events are echoes, or that the launcher stopped with SIGTERM, were waiting.
    When the first failure is itself a timeout, the ranks that reported nothing are the suspects.
-4. Diagnoses are scored from the signature weights; echo hits count for half, and the entry that
-   explains the first failure gets a bonus. When the first failure is an exception the knowledge
-   does not explain and other ranks only waited, that pattern is itself a diagnosis:
-   DIVERGED_RANK (fix the rank that failed, not the hang).
+5. Diagnoses are scored from the signature weights (echo hits count for half when a real failure
+   is there; the entry that explains the first failure gets a bonus), joined by the diagnoses
+   that come from patterns across ranks (rules.inferred).
+6. When nothing reaches the threshold, the query engine reads the errors the scan found (and the
+   start of the log) as a user's description, and its answer is given as a weaker diagnosis.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from triage.core.logscan.scanner import SIGTERM_EXIT as SIGTERM
-from triage.core.logscan.scanner import SUBSTANTIVE_WEIGHT, Event, Scan
+from triage.core.logscan.rules import consequences, inferred, is_context, substantive
+from triage.core.logscan.scanner import OWN_ERROR_KINDS, SIGTERM_EXIT, Event, Scan
 from triage.core.model import KnowledgeBase
 
-# The entry that explains "one rank failed with its own error and the others waited for it". The
-# scan concludes it from a pattern across ranks, not from a line a signature could match.
-DIVERGED_RANK = "D20"
-
 ECHO_FACTOR = 0.5
+CONTEXT_FACTOR = 0.5  # frames and umbrellas: they support an entry, never make it the answer
 FIRST_BONUS = 0.25
 SPREAD_BONUS = 0.03  # per extra rank or line showing the same entry, capped
 SPREAD_CAP = 0.1
-DIVERGED_SCORE = 0.85
 THRESHOLD = 0.4  # below it a diagnosis is only "closest", not a finding
 MAX_EVIDENCE = 6
+FALLBACK_CHARS = 6000  # text handed to the query engine when no signature fires
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class Verdict:
     suspect_ranks: list[int] = field(default_factory=list)  # silent while others timed out
     ordered_by: str = "position"  # "time" when timestamps ordered the events
     root_cause_rank: int | None = None  # what torchrun's summary claimed
+    by_query_engine: bool = False  # the diagnosis came from the fallback, not a signature
 
 
 def order_events(scan: Scan) -> tuple[list[Event], str]:
@@ -76,8 +78,7 @@ def order_events(scan: Scan) -> tuple[list[Event], str]:
                 upcoming = event.time
             filled.append(upcoming if upcoming is not None else float("inf"))
         filled.reverse()
-        # lines after the last stamp keep the last stamp seen
-        last: float | None = None
+        last: float | None = None  # lines after the last stamp keep the last stamp seen
         for index, event in enumerate(events):
             if event.time is not None:
                 last = event.time
@@ -89,57 +90,68 @@ def order_events(scan: Scan) -> tuple[list[Event], str]:
     return [k[3] for k in keyed], "time"
 
 
-def decide(scan: Scan, kb: KnowledgeBase) -> Verdict:
+def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
     """The verdict for one scan."""
-    events, ordered_by = order_events(scan)
-    # An exit is a rank's own failure only when the rank printed nothing about it.
-    own_lines = {e.rank for e in events if e.kind != "exit" and e.rank is not None}
-
-    def substantive(event: Event) -> bool:
-        if event.kind == "exit":
-            return event.real and event.rank not in own_lines
-        if event.kind == "hit":
-            return not event.echo and event.weight >= SUBSTANTIVE_WEIGHT
-        return True
-
-    real = [e for e in events if substantive(e)]
-    echoes = [e for e in events if e.kind == "hit" and e.echo]
-    hints = [e for e in events if e.kind == "hit" and not e.echo]
+    scan.ranks.finish()
+    ordered, ordered_by = order_events(scan)
+    events = consequences(ordered)
+    own_lines: set[int | None] = {e.rank for e in events if e.kind != "exit" and e.rank is not None}
+    real = [e for e in events if substantive(e, own_lines)]
+    echoes = [e for e in events if e.echo]
+    hints = [e for e in events if e.real and e.kind != "exit"]
     # With only echoes, the first one that names its rank says who was waiting.
     ranked_echoes = [e for e in echoes if e.rank is not None] or echoes
     first = real[0] if real else (ranked_echoes[0] if echoes else (hints[0] if hints else None))
-    first_rank = first.rank if first else None
+    first = _with_rank(first, events)
 
     waiting, suspects = _rank_roles(events, first)
-    # Echoes only step back when a rank's own failure is there to take the lead.
     diagnoses = _score(events, first, kb, ECHO_FACTOR if real else 1.0)
-    if first is not None and first.kind in ("exception", "exit") and (waiting or echoes):
-        diverged = kb.entry(DIVERGED_RANK)
-        if diverged is not None:
-            support = [first, *[e for e in echoes if e.rank != first.rank][: MAX_EVIDENCE - 1]]
-            who = f"rank {first.rank}" if first.rank is not None else "one process"
-            diagnoses.append(
-                Diagnosis(
-                    diverged.id,
-                    DIVERGED_SCORE,
-                    tuple(support),
-                    f"{who} failed first with an error of its own; the other ranks only waited",
-                    explains_first=True,
-                )
-            )
-            diagnoses = _merge(diagnoses)
+    for item in inferred(events, first, scan):
+        if kb.entry(item.entry_id) is None:
+            continue
+        score = item.score
+        if item.score == 0.0:  # a pattern that lends weight to the entry its signatures found
+            score = next((d.score for d in diagnoses if d.entry_id == item.entry_id), 0.0) + FIRST_BONUS
+        diagnoses.append(
+            Diagnosis(item.entry_id, round(score, 3), item.evidence, item.reason, item.explains_first)
+        )
+    diagnoses = _merge(diagnoses)
     diagnoses.sort(key=lambda d: (-d.score, d.entry_id))
     found = bool(diagnoses) and diagnoses[0].score >= THRESHOLD
-    return Verdict(
+    verdict = Verdict(
         found=found,
         diagnoses=diagnoses,
         first=first,
-        first_rank=first_rank,
+        first_rank=first.rank if first else None,
         waiting_ranks=waiting,
         suspect_ranks=suspects,
         ordered_by=ordered_by,
         root_cause_rank=scan.root_cause_rank,
     )
+    if not found and fallback:
+        _fall_back(verdict, scan, events, kb)
+    return verdict
+
+
+def _with_rank(first: Event | None, events: list[Event]) -> Event | None:
+    """A first failure printed without a rank takes the rank of a later line that repeats it
+    (`CUDA error: ...` printed bare, then by the rank's watchdog as `[Rank 1] ... CUDA error: ...`)."""
+    if first is None or first.rank is not None:
+        return first
+    message = first.text.split(": ", 1)[-1].strip()
+    for event in events:
+        if event.rank is None or event is first or event.kind == "exit":
+            continue
+        same_entry = first.kind == "hit" and event.kind == "hit" and event.entry_id == first.entry_id
+        if same_entry or (len(message) >= 12 and message in event.text):
+            return _replace_rank(first, event.rank)
+    return first
+
+
+def _replace_rank(event: Event, rank: int) -> Event:
+    import dataclasses
+
+    return dataclasses.replace(event, rank=rank)
 
 
 def _rank_roles(events: list[Event], first: Event | None) -> tuple[list[int], list[int]]:
@@ -151,15 +163,14 @@ def _rank_roles(events: list[Event], first: Event | None) -> tuple[list[int], li
     for event in events:
         if event.rank is None:
             continue
-        if event.kind == "exit" and event.exit_code == SIGTERM:
+        if event.kind == "exit" and (event.exit_code == SIGTERM_EXIT or event.echo):
             stopped.add(event.rank)
             own.setdefault(event.rank, False)
             continue
-        real = event.real and event.kind != "exit"
-        own[event.rank] = own.get(event.rank, False) or real
+        mine = event.real and event.kind != "exit" and not is_context(event)
+        own[event.rank] = own.get(event.rank, False) or mine
     others = sorted(r for r, mine in own.items() if not mine and r != first.rank)
-    first_is_echo = first.kind == "hit" and first.echo
-    if first_is_echo:
+    if first.echo:
         # The first rank timed out waiting: the ranks that never reported an error of their own
         # (stopped by the launcher, or silent) are the ones it waited for.
         quiet = {e.rank for e in events if e.rank is not None and e.kind != "exit"}
@@ -176,33 +187,35 @@ def _score(
     for event in events:
         if event.kind == "hit" and event.entry_id in kb.entries:
             grouped.setdefault(event.entry_id, []).append(event)
+    weak_first = first is not None and (first.echo or (first.kind == "hit" and first.weight < 0.5))
     result = []
     for entry_id, hits in grouped.items():
-        best = max(e.weight * (echo_factor if e.echo else 1.0) for e in hits)
-        places = {(e.rank, e.line, e.source) for e in hits}
-        spread = min(SPREAD_CAP, SPREAD_BONUS * (len(places) - 1))
+        causes = [e for e in hits if not is_context(e)]
+        best = max((e.weight * (echo_factor if e.echo else 1.0) for e in causes), default=0.0)
+        context = max((e.weight * CONTEXT_FACTOR for e in hits if is_context(e)), default=0.0)
+        if not causes:
+            best = min(context, THRESHOLD - 0.01)  # context alone never makes a finding
+        places = {(e.rank, e.line, e.source) for e in causes}
+        spread = min(SPREAD_CAP, SPREAD_BONUS * max(0, len(places) - 1))
         explains_first = first is not None and any(
-            e.source == first.source and e.line == first.line for e in hits
+            e.source == first.source and e.line == first.line for e in causes
         )
-        bonus = FIRST_BONUS if explains_first and first is not None else 0.0
-        if first_is_echo(first) or (
-            first is not None and first.kind == "hit" and first.weight < SUBSTANTIVE_WEIGHT
-        ):
+        bonus = FIRST_BONUS if explains_first else 0.0
+        if weak_first:
             bonus /= 2
-        score = best + spread + bonus
-        all_echo = all(e.echo for e in hits)
+        score = best + spread + bonus + (0.05 if causes and context else 0.0)
+        all_echo = bool(causes) and all(e.echo for e in causes)
         reason = (
             "only lines that usually echo another rank's failure"
             if all_echo
-            else ("the first failure in the log" if explains_first else "a signature of this failure")
+            else (
+                "the first failure in the log"
+                if explains_first
+                else ("a signature of this failure" if causes else "only where a rank was (frames), not why")
+            )
         )
-        evidence = _pick_evidence(hits)
-        result.append(Diagnosis(entry_id, round(score, 3), evidence, reason, explains_first))
+        result.append(Diagnosis(entry_id, round(score, 3), _pick_evidence(hits), reason, explains_first))
     return result
-
-
-def first_is_echo(event: Event | None) -> bool:
-    return event is not None and event.kind == "hit" and event.echo
 
 
 def _pick_evidence(hits: list[Event]) -> tuple[Event, ...]:
@@ -210,7 +223,7 @@ def _pick_evidence(hits: list[Event]) -> tuple[Event, ...]:
     chosen: list[Event] = []
     seen_ranks: set[int | None] = set()
     seen_lines: set[tuple[int, int]] = set()
-    ordered = sorted(hits, key=lambda e: (e.echo, -e.weight))
+    ordered = sorted(hits, key=lambda e: (is_context(e), e.echo, -e.weight))
     for repeat in (False, True):
         for event in ordered:
             if len(chosen) == MAX_EVIDENCE:
@@ -243,3 +256,47 @@ def _merge(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
             high.explains_first or low.explains_first,
         )
     return list(merged.values())
+
+
+def fallback_text(scan: Scan, events: list[Event]) -> str:
+    """What the query engine reads when no signature fires: the errors found, then the log's start."""
+    parts: list[str] = []
+    seen: set[str] = set()
+    for event in events:
+        wanted = event.kind in OWN_ERROR_KINDS or (event.kind == "hit" and not event.echo)
+        if wanted and event.text not in seen:
+            seen.add(event.text)
+            parts.append(event.text)
+    text = "\n".join(parts)
+    for head in scan.heads:
+        if len(text) >= FALLBACK_CHARS:
+            break
+        text += "\n" + head[: FALLBACK_CHARS - len(text)]
+    return text[:FALLBACK_CHARS]
+
+
+def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeBase) -> None:
+    """No signature names the failure: ask the query engine about the errors found."""
+    from triage.core import matcher
+
+    text = fallback_text(scan, events)
+    if not text.strip():
+        return
+    match = matcher.rank(kb, text, top=3)
+    if match.verdict == "no_match" or match.best is None:
+        return
+    evidence = tuple(e for e in events if e.kind in OWN_ERROR_KINDS)[:MAX_EVIDENCE]
+    found = [
+        Diagnosis(
+            hit.entry.id,
+            hit.score,
+            evidence,
+            "no signature names this failure; the query engine finds its words in this entry",
+            explains_first=index == 0,
+        )
+        for index, hit in enumerate(match.hits)
+    ]
+    verdict.diagnoses = _merge(found + verdict.diagnoses)
+    verdict.diagnoses.sort(key=lambda d: (-d.score, d.entry_id))
+    verdict.found = True
+    verdict.by_query_engine = True

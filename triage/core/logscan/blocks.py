@@ -1,0 +1,184 @@
+"""Reading each rank's output as blocks, the way an engineer reads eight ranks' tracebacks.
+
+A Python traceback is one block: the frames say where the rank was (blocked in which collective,
+called from which line of the user's code) and the exception line ends it. The same question, where
+is each rank waiting, is answered by NCCL's watchdog (`WorkNCCL(SeqNum=5, OpType=ALLREDUCE, ...)`)
+and by torch's desync report (`Rank 1 is running collective: CollectiveFingerPrint(...OpType=BARRIER`).
+
+Ranks waiting in different collectives, or in the same collective at different lines of the user's
+code, are the signature of a collective only some ranks call (D19/D21) whatever the error text says.
+
+This module is pure: the scanner hands it the lines it sees, one rank at a time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+MAX_BLOCKS = 400  # blocks kept in full; later ones only update the per-rank wait points
+
+_TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[\w<>.]+)')
+_OP_TYPE = re.compile(r"OpType=(?P<op>\w+)")
+_FINGERPRINT = re.compile(r"Rank (?P<rank>\d+) is running collective: CollectiveFingerPrint\((?P<body>[^)]*)")
+_FAILED = re.compile(r"timeout|timed out|mismatch|failed|error", re.IGNORECASE)  # not a progress line
+_FP_OP = re.compile(r"OpType=(?P<op>[A-Z_]+)")
+
+# Library code: a frame in it is not where the user's program stands.
+_LIBRARY = re.compile(
+    r"(site-packages|dist-packages|[/\\]lib[/\\]python\d|[/\\]lib64[/\\]python\d|^<frozen |^<string>"
+    r"|[/\\]torch[/\\](distributed|nn|autograd|_tensor|utils|multiprocessing|cuda)\b)"
+)
+_BACKWARD_FUNCS = frozenset({"_engine_run_backward", "run_backward"})
+_BACKWARD_FILES = ("torch/autograd/", "torch/_tensor.py", "torch\\autograd\\", "torch\\_tensor.py")
+
+
+def canonical_collective(name: str) -> str | None:
+    """One name per collective: `allreduce`, `all_reduce`, `ALLREDUCE`, `_ALLREDUCE_BASE` -> all_reduce."""
+    key = name.lower().strip("_")
+    for suffix in ("_coalesced", "_into_tensor", "_tensor", "_base", "_object_list", "_object", "_single"):
+        key = key.removesuffix(suffix)
+    key = key.replace("_", "")
+    return _COLLECTIVES.get(key)
+
+
+_COLLECTIVES = {
+    "allreduce": "all_reduce",
+    "allgather": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "broadcast": "broadcast",
+    "barrier": "barrier",
+    "monitoredbarrier": "barrier",
+    "alltoall": "all_to_all",
+    "reduce": "reduce",
+    "gather": "gather",
+    "scatter": "scatter",
+    "send": "send",
+    "recv": "recv",
+    "isend": "send",
+    "irecv": "recv",
+    "batchisendirecv": "send/recv",
+}
+
+
+@dataclass
+class Block:
+    """One traceback of one rank."""
+
+    source: int
+    rank: int | None
+    line: int  # where it starts (the Traceback line, or its first frame)
+    collective: str | None = None  # the innermost collective it is in
+    user_frame: str | None = None  # innermost frame of the user's code: `train.py:22 in main`
+    exception_line: int | None = None  # the line that ended it
+    frames: int = 0
+
+
+@dataclass(frozen=True)
+class WaitPoint:
+    """Where one rank was waiting: a collective, and the user's line calling it when a traceback says."""
+
+    rank: int
+    collective: str
+    where: str  # `train.py:22 in main`, or "" when only a watchdog or desync line names the collective
+    line: int
+    source: int
+
+
+@dataclass
+class RankReader:
+    """Collects blocks and wait points from the lines of every rank."""
+
+    blocks: list[Block] = field(default_factory=list)
+    waits: dict[int, WaitPoint] = field(default_factory=dict)  # rank -> its latest wait point
+    _open: dict[tuple[int, int | None], Block] = field(default_factory=dict)
+
+    def feed(self, source: int, number: int, rank: int | None, body: str) -> None:
+        """Look at one line (already without its launcher prefix)."""
+        key = (source, rank)
+        if _TRACEBACK.match(body):
+            self._close(key)
+            self._open[key] = Block(source, rank, number)
+            return
+        frame = _FRAME.match(body)
+        if frame is not None:
+            block = self._open.get(key)
+            if block is None:  # a paste that starts in the middle of a traceback
+                block = self._open[key] = Block(source, rank, number)
+            self._frame(block, frame["file"], int(frame["line"]), frame["func"])
+            return
+        self._wait_lines(source, number, rank, body)
+
+    def exception(self, source: int, number: int, rank: int | None) -> Block | None:
+        """An exception line ends the rank's open traceback; returns that block, if any."""
+        block = self._open.pop((source, rank), None)
+        if block is None:
+            return None
+        block.exception_line = number
+        self._keep(block)
+        return block
+
+    def finish(self) -> None:
+        for key in list(self._open):
+            self._close(key)
+
+    def _close(self, key: tuple[int, int | None]) -> None:
+        block = self._open.pop(key, None)
+        if block is not None and block.frames:
+            self._keep(block)
+
+    def _keep(self, block: Block) -> None:
+        if len(self.blocks) < MAX_BLOCKS:
+            self.blocks.append(block)
+        if block.rank is not None and block.collective is not None:
+            self.waits[block.rank] = WaitPoint(
+                block.rank, block.collective, block.user_frame or "", block.line, block.source
+            )
+
+    def _frame(self, block: Block, path: str, line: int, func: str) -> None:
+        block.frames += 1
+        normalized = path.replace("\\", "/")
+        if "torch/distributed/" in normalized:
+            op = canonical_collective(func)
+            if op is not None:
+                block.collective = op
+        elif (func in _BACKWARD_FUNCS or func == "backward") and any(
+            f in normalized for f in _BACKWARD_FILES
+        ):
+            block.collective = block.collective or "backward"
+        if not _LIBRARY.search(path):
+            name = normalized.rsplit("/", 1)[-1]
+            block.user_frame = f"{name}:{line} in {func}"
+
+    def _wait_lines(self, source: int, number: int, rank: int | None, body: str) -> None:
+        """NCCL's watchdog and torch's desync report name the collective a rank is in."""
+        if "OpType=" not in body or not _FAILED.search(body):
+            return
+        # The desync report names the reporting rank's own collective first; what it says about
+        # the other rank is often a placeholder (`SequenceNumber=0OpType=REDUCE`).
+        fingerprint = _FINGERPRINT.search(body)
+        if fingerprint is not None:
+            op = _FP_OP.search(fingerprint["body"])
+            collective = canonical_collective(op["op"]) if op else None
+            if collective is not None:
+                reporter = int(fingerprint["rank"])
+                self.waits.setdefault(reporter, WaitPoint(reporter, collective, "", number, source))
+            return
+        op = _OP_TYPE.search(body)
+        collective = canonical_collective(op["op"]) if op else None
+        if collective is not None and rank is not None:
+            self.waits.setdefault(rank, WaitPoint(rank, collective, "", number, source))
+
+
+def mismatch(waits: dict[int, WaitPoint]) -> tuple[WaitPoint, WaitPoint] | None:
+    """Two ranks waiting in different collectives, or in one collective called from different
+    lines of the user's code: the collectives will never pair up. None when they agree."""
+    points = sorted(waits.values(), key=lambda w: w.rank)
+    for first_index, first in enumerate(points):
+        for other in points[first_index + 1 :]:
+            if first.collective != other.collective:
+                return first, other
+            if first.where and other.where and first.where != other.where:
+                return first, other
+    return None

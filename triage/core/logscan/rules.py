@@ -1,0 +1,204 @@
+"""Consequence rules: what a line means given what came before it, on its rank and on the others.
+
+A signature says what a line is; these rules say whether it is a cause or a consequence, the way
+an engineer reading eight ranks' output would:
+
+- after a rank's timeout (or another echo), what that rank prints next is part of the same story:
+  the FlightRecorder hint, "taking the entire process down", the abort, the terminate;
+- an abort after a rank's own error is its echo (`terminate called without an active exception`
+  once the exception has been printed);
+- NCCL's error classes (`ncclSystemError: unhandled system error`) are umbrellas: when the
+  `Last error:` line or an NCCL WARN on that rank names the cause, the umbrella is only context;
+- a traceback frame that a signature matches says where a rank was, never why it failed.
+
+And the patterns no single line shows, each a diagnosis of its own (see `inferred`):
+
+- ranks blocked in different collectives, or in one collective called from different lines of
+  the user's code: a collective only some ranks call (D21, with D19's toolkit);
+- one rank failed with its own error and another rank's output echoes it: one rank diverged (D20);
+- a rank exited non-zero and printed nothing of its own: its traceback is missing (P4);
+- torchrun restarting the worker group after a worker died: one event, the restart (MN5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from triage.core.logscan.blocks import WaitPoint, mismatch
+from triage.core.logscan.scanner import SUBSTANTIVE_WEIGHT, Event, Scan
+
+DIVERGED = "D20"  # one rank failed with its own error and the others waited for it
+MISMATCH = "D21"  # ranks wait in collectives that will never pair up
+DESYNC_TOOLKIT = "D19"  # how to name the rank and collective (the desync debug toolkit)
+MISSING_TRACEBACK = "P4"  # a rank exited with an error and printed nothing
+RESTART = "MN5"  # torchrun restarted the worker group
+
+DIVERGED_SCORE = 0.85
+MISMATCH_SCORE = 1.1
+TOOLKIT_SCORE = 0.8
+MISSING_SCORE = 0.8
+SPECIFIC_WEIGHT = 0.9  # a signature this specific keeps its meaning even after a timeout
+# Launcher lines: torchrun reporting and tearing down, not a surviving worker's own output.
+_LAUNCHER = re.compile(
+    r"torch/distributed/elastic/|ChildFailedError|Root Cause \(first observed|error_file:"
+    r"|To enable traceback see|Sending process \d+ closing signal|sigkill_handler|^\s*traceback\s*:"
+    r"|Signal \d+ \(SIG\w+\) received by PID",
+    re.IGNORECASE,
+)
+# Exit codes of a process killed by a signal: not a Python exception with a missing traceback.
+_SIGNALLED = frozenset({-6, -9, -11, 134, 137, 139, 143})
+
+
+@dataclass(frozen=True)
+class Inferred:
+    """A diagnosis from a pattern across lines or ranks."""
+
+    entry_id: str
+    score: float
+    evidence: tuple[Event, ...]
+    reason: str
+    explains_first: bool
+
+
+def is_context(event: Event) -> bool:
+    """A hit whose line cannot be a cause by its form (a frame, an NCCL umbrella)."""
+    return event.kind == "hit" and event.role in ("frame", "umbrella", "info")
+
+
+def consequences(events: list[Event]) -> list[Event]:
+    """The events (in time order) with the echoes and context the rules above find."""
+    named_cause = {
+        e.rank
+        for e in events
+        if e.kind in ("detail", "warn")
+        or (e.kind == "hit" and not e.echo and e.role == "" and e.weight >= 0.8)
+    }
+    waited: set[int | None] = set()  # ranks that already echoed a wait
+    failed: set[int | None] = set()  # ranks that already had an error of their own
+    result = []
+    for event in events:
+        rank = event.rank
+        if event.kind == "hit" and event.role == "umbrella" and rank not in named_cause:
+            event = dataclasses.replace(event, role="")  # no detail anywhere: the umbrella is the cause
+        if event.echo and not _LAUNCHER.search(event.text):
+            waited.add(rank)
+        elif (rank in waited and _follows_a_wait(event)) or (event.kind == "abort" and rank in failed):
+            event = _as_echo(event)
+        if event.real and event.kind != "exit" and not is_context(event):
+            failed.add(rank)
+        result.append(event)
+    return result
+
+
+def _follows_a_wait(event: Event) -> bool:
+    if event.kind in ("terminate", "abort"):
+        return True
+    if event.kind == "exit":
+        return event.exit_code in _SIGNALLED
+    return event.kind == "hit" and event.weight < SPECIFIC_WEIGHT and event.role == ""
+
+
+def _as_echo(event: Event) -> Event:
+    return dataclasses.replace(event, echo=True)
+
+
+def survivor_echoes(events: list[Event], first: Event) -> list[Event]:
+    """Echo lines printed by a worker other than the one that failed first (not the launcher)."""
+    found = []
+    for event in events:
+        if event.kind != "hit" or not event.echo or _LAUNCHER.search(event.text):
+            continue
+        if event.rank is not None and event.rank == first.rank:
+            continue
+        if (
+            event.rank is None
+            and first.rank is None
+            and event.source == first.source
+            and event.line <= first.line
+        ):
+            continue
+        found.append(event)
+    return found
+
+
+def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Inferred]:
+    """The diagnoses that come from patterns across lines and ranks."""
+    found: list[Inferred] = []
+    pair = mismatch(scan.ranks.waits)
+    if pair is not None:
+        found.extend(_mismatch(pair, events, first))
+    if first is None:
+        return found
+    restart = [e for e in events if e.kind == "hit" and e.entry_id == RESTART and not e.echo]
+    if (
+        restart
+        and first.kind == "exit"
+        and (first.source, first.line) <= (restart[0].source, restart[0].line)
+    ):
+        found.append(
+            Inferred(
+                RESTART, 0.0, (first, restart[0]), "a worker died and torchrun restarted the group", True
+            )
+        )
+        return found
+    if first.real:
+        echoes = survivor_echoes(events, first)
+        if echoes:
+            who = f"rank {first.rank}" if first.rank is not None else "one process"
+            found.append(
+                Inferred(
+                    DIVERGED,
+                    DIVERGED_SCORE,
+                    (first, *echoes[:5]),
+                    f"{who} failed first with an error of its own; the other ranks' output only echoes it",
+                    True,
+                )
+            )
+    missing = _missing_traceback(scan, first)
+    if missing is not None:
+        found.append(missing)
+    return found
+
+
+def _mismatch(pair: tuple[WaitPoint, WaitPoint], events: list[Event], first: Event | None) -> list[Inferred]:
+    a, b = pair
+    evidence = tuple(e for e in events if (e.source, e.line) in ((a.source, a.line), (b.source, b.line)))
+
+    def where(point: WaitPoint) -> str:
+        return f"rank {point.rank} waits in {point.collective}" + (f" ({point.where})" if point.where else "")
+
+    reason = f"{where(a)} while {where(b)}: the collectives never pair up"
+    explains = first is not None and first.rank in (a.rank, b.rank)
+    return [
+        Inferred(MISMATCH, MISMATCH_SCORE, evidence, reason, explains),
+        Inferred(DESYNC_TOOLKIT, TOOLKIT_SCORE, evidence, reason, False),
+    ]
+
+
+def _missing_traceback(scan: Scan, first: Event) -> Inferred | None:
+    """A worker that exited with an error status and printed nothing of its own. A traceback no
+    prefix attributes to a rank may be that worker's: then nothing is missing."""
+    if first.kind != "exit" or first.rank is None or first.exit_code in _SIGNALLED:
+        return None
+    if first.exit_code is None or first.exit_code <= 0:
+        return None
+    if any(block.rank is None for block in scan.ranks.blocks if block.source == first.source):
+        return None
+    return Inferred(
+        MISSING_TRACEBACK,
+        MISSING_SCORE,
+        (first,),
+        f"rank {first.rank} exited with status {first.exit_code} and its own output (the traceback) is not here",
+        True,
+    )
+
+
+def substantive(event: Event, own_lines: set[int | None]) -> bool:
+    """A rank's own failure: what the first failure is chosen from."""
+    if event.kind == "exit":
+        return event.real and event.rank not in own_lines
+    if event.kind == "hit":
+        return not event.echo and event.weight >= SUBSTANTIVE_WEIGHT and not is_context(event)
+    return event.kind in ("exception", "terminate", "detail")

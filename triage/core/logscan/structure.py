@@ -1,0 +1,152 @@
+"""The parts of a log the scanner reads itself, whatever the knowledge says.
+
+- torchrun's exit reports (`failed (exitcode: 1) local_rank: 1`, the failure summary's `rank :` and
+  `exitcode :` lines, the "Root Cause" marker) and the legacy launcher's `CalledProcessError`;
+- Python exceptions no signature explains, each ending its rank's traceback block (blocks.py);
+- C++ `terminate called after throwing an instance of 'T'` with its `what():` line, and
+  `terminate called without an active exception`: a rank aborting;
+- NCCL's `WARN` lines, and the line after NCCL's `Last error:`, which names the cause that the
+  umbrella error around it (`ncclSystemError: unhandled system error`) does not.
+
+Each becomes an event through the callback the scanner gives; the verdict decides what they mean.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from triage.core.logscan.blocks import RankReader
+
+_EXCEPTION = re.compile(
+    r"^\s*(?:[^\]\[]{0,80}\] )?(?P<name>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt))"
+    r"(?::\s*(?P<msg>.*))?$"
+)
+_EXIT_LINE = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+)")
+_SUMMARY_RANK = re.compile(r"^\s*rank\s*: (?P<rank>\d+) \(local_rank: \d+\)")
+_SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (?P<code>-?\d+)")
+_SUMMARY_ROOT = re.compile(r"Root Cause \(first observed failure\)", re.IGNORECASE)
+_LEGACY_EXIT = re.compile(
+    r"CalledProcessError: Command '.*--local_rank=(?P<rank>\d+).*' "
+    r"(?:died with <Signals\.SIG\w+: (?P<signal>\d+)>|returned non-zero exit status (?P<code>\d+))"
+)
+_TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
+_ABORT = re.compile(r"terminate called without an active exception|terminate called recursively")
+_WHAT = re.compile(r"^\s*what\(\):\s*(?P<msg>.*)$")
+_NCCL_WARN = re.compile(r"\bNCCL WARN (?P<msg>.*)$")
+_LAST_ERROR = re.compile(r"^\s*Last error:\s*(?P<msg>.*)$")
+# NCCL's error classes: they say which kind of call failed, not why. The `Last error:` line after
+# them, or the first NCCL WARN of the rank, says why.
+UMBRELLA = re.compile(
+    r"ncclSystemError|ncclInternalError|ncclInvalidUsage|ncclUnhandledCudaError"
+    r"|unhandled system error|unhandled cuda error|internal error - please report|invalid usage \(run with"
+    r"|NCCL error in:",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Found:
+    """One structural event: what the scanner turns into an Event."""
+
+    kind: str  # "exit" | "exception" | "terminate" | "abort" | "warn" | "detail"
+    rank: int | None
+    text: str
+    note: str = ""
+    exit_code: int | None = None
+    collective: str = ""  # exceptions: the collective the rank's traceback was blocked in
+
+
+class Structure:
+    """Per-source state for the multi-line structures; one per scanner."""
+
+    def __init__(self, emit: Callable[[int, int, Found], None]) -> None:
+        self.emit = emit
+        self.reader = RankReader()
+        self.root_cause_rank: int | None = None
+        self._summary_rank: dict[int, int] = {}
+        self._summary_root: dict[int, bool] = {}
+        self._terminate: dict[tuple[int, int | None], str] = {}
+        self._last_error: dict[int, tuple[int, int | None]] = {}  # source -> (line, rank)
+
+    def wants_next_line(self, source: int, number: int) -> bool:
+        """Whether the line after `number` must be read even without an anchor (Last error's detail)."""
+        pending = self._last_error.get(source)
+        return pending is not None and pending[0] == number
+
+    def feed(self, source: int, number: int, rank: int | None, body: str, short: str, matched: bool) -> None:
+        """One line, after the signatures: `matched` when a non-echo or echo signature took it."""
+        self.reader.feed(source, number, rank, body)
+        if self._torchrun(source, number, rank, body, short):
+            return
+        pending = self._last_error.pop(source, None)
+        if pending is not None and pending[0] == number - 1 and body.strip():
+            if not matched:
+                self.emit(source, number, Found("detail", rank if rank is not None else pending[1], short))
+            return
+        last = _LAST_ERROR.match(body)
+        if last is not None:
+            if last["msg"].strip():
+                if not matched:
+                    self.emit(source, number, Found("detail", rank, last["msg"].strip()[: len(short)]))
+            else:
+                self._last_error[source] = (number, rank)
+            return
+        terminate = _TERMINATE.search(body)
+        if terminate is not None:
+            self._terminate[(source, rank)] = terminate["type"]
+            return
+        what = _WHAT.match(body)
+        if what is not None:
+            thrown = self._terminate.pop((source, rank), "")
+            if not matched:
+                self.emit(source, number, Found("terminate", rank, what["msg"].strip() or short, note=thrown))
+            return
+        if _ABORT.search(body):
+            self.emit(source, number, Found("abort", rank, short))
+            return
+        warn = _NCCL_WARN.search(body)
+        if warn is not None:
+            if not matched:
+                self.emit(source, number, Found("warn", rank, warn["msg"].strip()))
+            return
+        exception = _EXCEPTION.match(body)
+        if exception is not None:
+            block = self.reader.exception(source, number, rank)
+            if not matched:
+                collective = block.collective if block is not None and block.collective else ""
+                self.emit(
+                    source,
+                    number,
+                    Found("exception", rank, short, note=exception["name"], collective=collective),
+                )
+
+    def _torchrun(self, source: int, number: int, rank: int | None, body: str, short: str) -> bool:
+        """torchrun's (and the legacy launcher's) reports of a worker's exit."""
+        if _SUMMARY_ROOT.search(body):
+            self._summary_root[source] = True
+            return True
+        exit_line = _EXIT_LINE.search(body)
+        if exit_line:
+            self.emit(
+                source, number, Found("exit", int(exit_line["rank"]), short, exit_code=int(exit_line["code"]))
+            )
+            return True
+        summary_rank = _SUMMARY_RANK.match(body)
+        if summary_rank:
+            self._summary_rank[source] = int(summary_rank["rank"])
+            if self._summary_root.pop(source, False):
+                self.root_cause_rank = int(summary_rank["rank"])
+            return True
+        summary_exit = _SUMMARY_EXIT.match(body)
+        if summary_exit and source in self._summary_rank:
+            worker = self._summary_rank.pop(source)
+            self.emit(source, number, Found("exit", worker, short, exit_code=int(summary_exit["code"])))
+            return True
+        legacy = _LEGACY_EXIT.search(body)
+        if legacy:
+            code = -int(legacy["signal"]) if legacy["signal"] else int(legacy["code"])
+            self.emit(source, number, Found("exit", int(legacy["rank"]), short[-200:], exit_code=code))
+            return True
+        return False
