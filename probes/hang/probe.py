@@ -20,26 +20,24 @@ KEY_FACTS = ("hang.verdict", "hang.first_entry", "hang.suspects")
 PIDS_VAR = "TRIAGE_HANG_PID"
 
 
-def _pids() -> tuple[int, ...]:
+def pids_from_env() -> tuple[int, ...]:
+    """The PIDs TRIAGE_HANG_PID names (a launcher's stands for its ranks); empty: every job here."""
     raw = os.environ.get(PIDS_VAR, "")
     return tuple(int(p) for p in raw.replace(" ", ",").split(",") if p.strip().isdigit())
 
 
 def probe(options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
     from probes.hang import NoJob
-    from probes.hang.gather import HangInputError, HangOptions, gather
-    from triage.core.hang.analyse import analyse, with_ras
+    from probes.hang.gather import HangInputError, HangOptions, StacksUnreadable, live_picture
 
     try:
-        found = gather(HangOptions(pids=_pids(), timeout_s=max(1.0, options.timeout_s / 3)))
-    except (NoJob, HangInputError) as exc:
+        picture, _ = live_picture(
+            HangOptions(pids=pids_from_env(), timeout_s=max(1.0, options.timeout_s / 3))
+        )
+    except (NoJob, HangInputError, StacksUnreadable) as exc:
         return ProbeResult(NAME, "unavailable", summary=str(exc))
     if cancel.is_set():
         return ProbeResult(NAME, "error", summary="cancelled")
-    unreadable = [s for s in found.samples if s.error and not s.gone]
-    if unreadable and len(unreadable) == len(found.samples) and not found.records and not found.ras_lines:
-        return ProbeResult(NAME, "unavailable", summary=unreadable[0].error)
-    picture = with_ras(analyse(found.samples, found.records), found.ras_lines, found.ras_suspects)
     facts: dict[str, object] = {
         "hang.verdict": "hang" if picture.diagnoses else "no_hang",
         "hang.suspects": list(picture.suspect_ranks),
@@ -53,7 +51,7 @@ def probe(options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
         picture.suspect_ranks
     )
     lines += [f"recorded: {line}" for line in picture.recorded]
-    lines += [f"note: {note}" for note in (*found.notes, *picture.notes)]
+    lines += [f"note: {note}" for note in picture.notes]
     if picture.diagnoses:
         lines += [f"evidence: {e}" for e in picture.diagnoses[0].evidence]
     status: Status = "fail" if picture.diagnoses else "ok"

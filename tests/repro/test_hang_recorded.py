@@ -186,6 +186,24 @@ def test_the_app_runs_the_hang_probe_in_its_child_process(job: Job, monkeypatch:
     assert entry == "D21" and summary.startswith("rank 0 is in a collective that only some ranks reach")
 
 
+def test_the_report_gets_a_section_on_the_hung_job(job: Job, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+    from datetime import datetime
+
+    from triage.cli.hang import report_part
+    from triage.kb.loader import load_kb
+    from triage.render.report import ReportInput, build_report
+
+    monkeypatch.setenv("TRIAGE_HANG_PID", str(job.launcher))
+    monkeypatch.setenv("TRIAGE_HANG_SELF", "1")
+    part = report_part(argparse.Namespace(timeout=10.0))
+    assert part is not None and part.entries[0] == "D21"
+    assert part.how.startswith("from triage hang: rank 0 is in a collective")
+    report = build_report(load_kb(), ReportInput(datetime.now(), "node1", "triage report", extras=[part]))
+    assert "Hung job on this machine" in report and "| 0 (suspect) |" in report
+    assert "the Flight Recorder agrees with the stacks for ranks 0, 1" in report
+
+
 def test_py_spy_missing_is_one_line(job: Job) -> None:
     done = _hang("--no-recorded", "--pid", str(job.launcher), pyspy=Path("/nonexistent/py-spy"))
     assert done.returncode == 2
