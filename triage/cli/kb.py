@@ -91,8 +91,7 @@ def _new(args: argparse.Namespace) -> int:
     """Write the skeleton of a new entry and say what to do next."""
     import json
 
-    from triage.cli._common import short_arg
-    from triage.core.errors import UserError
+    from triage.core.errors import UserError, shown
     from triage.kb import skeleton
     from triage.kb.paths import knowledge_dir
     from triage.kb.sources import read_sources
@@ -116,7 +115,7 @@ def _new(args: argparse.Namespace) -> int:
         raise UserError(f"kb new needs --section: one of {', '.join(known)}")
     if args.section not in known:
         raise UserError(
-            f"--section {short_arg(args.section)} is not in sections.yaml: use one of {', '.join(known)}"
+            f"--section {shown(args.section)} is not in sections.yaml: use one of {', '.join(known)}"
         )
     prefix = skeleton.file_name(entry_id, "x").rsplit("-", 1)[0] + "-"
     for src in sources.entries:
