@@ -144,7 +144,7 @@ def print_verdict(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> 
     lines.append("")
     if not verdict.found:
         lines.append(style.paint("No known failure found.", BOLD))
-        closest = _closest(scan, verdict, kb, top)
+        closest = verdict.closest[:top]
         if closest:
             lines.append("Closest entries (weak evidence; read them before acting):")
             for entry_id, score, why in closest:
@@ -154,6 +154,8 @@ def print_verdict(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> 
     best = verdict.diagnoses[0]
     entry = kb.entries[best.entry_id]
     verdict_word = "Out of scope" if not entry.covered else "Diagnosis"
+    if verdict.by_query_engine:
+        verdict_word = f"{verdict_word} (no signature matched; read as a description)"
     lines.append(style.paint(f"{verdict_word}: {entry.id}  {entry.title}", BOLD))
     lines.append(f"  why this entry: {best.reason} (score {best.score:.2f})")
     lines.append("  evidence:")
@@ -173,24 +175,9 @@ def print_verdict(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> 
 
 
 def _evidence_line(scan: Scan, event: Event, indent: str = "    ") -> str:
-    tag = " (echo)" if event.kind == "hit" and event.echo else ""
+    tag = " (echo)" if event.echo else (" (context)" if event.role else "")
     text = event.text if len(event.text) <= 160 else event.text[:157] + "..."
     return f"{indent}{_where(scan, event)}  [{_rank_text(event.rank)}]{tag}  {text}"
-
-
-def _closest(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> list[tuple[str, float, str]]:
-    """Weak candidates: entries with hits below the threshold, then the matcher on the errors."""
-    found: dict[str, tuple[float, str]] = {}
-    for diagnosis in verdict.diagnoses:
-        found[diagnosis.entry_id] = (diagnosis.score, "weak signature lines")
-    text = "\n".join(e.text for e in scan.events[:50] if e.kind in ("exception", "hit"))
-    if text.strip():
-        from triage.core import matcher
-
-        for hit in matcher.rank(kb, text, top=top).hits:
-            found.setdefault(hit.entry.id, (hit.score, "words in common with the errors"))
-    ranked = sorted(found.items(), key=lambda item: -item[1][0])[:top]
-    return [(entry_id, score, why) for entry_id, (score, why) in ranked]
 
 
 def _event_json(scan: Scan, event: Event) -> dict[str, Any]:
@@ -203,6 +190,10 @@ def _event_json(scan: Scan, event: Event) -> dict[str, Any]:
     }
     if event.kind == "hit":
         data.update(entry=event.entry_id, weight=event.weight, echo=event.echo)
+        if event.role:
+            data["context"] = event.role
+    elif event.echo:
+        data["echo"] = True
     if event.kind == "exit":
         data["exit_code"] = event.exit_code
     return data
@@ -241,11 +232,11 @@ def _as_json(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> dict[
         "waiting_ranks": verdict.waiting_ranks,
         "suspect_ranks": verdict.suspect_ranks,
         "torchrun_root_cause_rank": verdict.root_cause_rank,
+        "by_query_engine": verdict.by_query_engine,
         "diagnoses": diagnoses if verdict.found else [],
         "closest": []
         if verdict.found
         else [
-            {"id": i, "title": kb.entries[i].title, "score": s, "why": w}
-            for i, s, w in _closest(scan, verdict, kb, top)
+            {"id": i, "title": kb.entries[i].title, "score": s, "why": w} for i, s, w in verdict.closest[:top]
         ],
     }

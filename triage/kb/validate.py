@@ -55,6 +55,7 @@ CODES: dict[str, str] = {
     "KB016": "compiled knowledge is stale",
     "KB017": "duplicate key in a mapping",
     "KB018": "malformed graph node",
+    "KB019": "signature without a real example line it matches",
 }
 
 MIN_SYMPTOMS = 6
@@ -388,28 +389,9 @@ class _Checker:
                     "use 1.0 for a line only this failure prints, less for shared lines",
                 )
                 weight = 1.0
+            examples = self.strings(src, item, "examples", where)
             if pattern:
-                try:
-                    compiled = re.compile(pattern, re.IGNORECASE)
-                except re.error as exc:
-                    self.add(
-                        "KB005",
-                        src,
-                        line_of(item, "pattern"),
-                        f"{where}pattern",
-                        f"regex does not compile ({exc})",
-                        "escape literal ( ) [ ] . * + ? with a backslash, in single quotes",
-                    )
-                else:
-                    if compiled.search(""):
-                        self.add(
-                            "KB005",
-                            src,
-                            line_of(item, "pattern"),
-                            f"{where}pattern",
-                            "regex matches the empty string, so it would match every line",
-                            "make the pattern require real text",
-                        )
+                self.pattern(src, item, where, pattern, examples)
             echo = item.get("echo", False)
             if not isinstance(echo, bool):
                 self.add(
@@ -422,9 +404,61 @@ class _Checker:
                 )
                 echo = False
             result.append(
-                Signature(pattern, float(weight), self.text(src, item, "note", where, required=False), echo)
+                Signature(
+                    pattern,
+                    float(weight),
+                    self.text(src, item, "note", where, required=False),
+                    echo,
+                    examples,
+                )
             )
         return tuple(result)
+
+    def pattern(
+        self, src: SourceFile, item: dict[str, Any], where: str, pattern: str, examples: tuple[str, ...]
+    ) -> None:
+        """KB005: the regex compiles and needs real text; KB019: real lines it matches."""
+        try:
+            compiled = re.compile(pattern, re.IGNORECASE)
+        except re.error as exc:
+            self.add(
+                "KB005",
+                src,
+                line_of(item, "pattern"),
+                f"{where}pattern",
+                f"regex does not compile ({exc})",
+                "escape literal ( ) [ ] . * + ? with a backslash, in single quotes",
+            )
+            return
+        if compiled.search(""):
+            self.add(
+                "KB005",
+                src,
+                line_of(item, "pattern"),
+                f"{where}pattern",
+                "regex matches the empty string, so it would match every line",
+                "make the pattern require real text",
+            )
+            return
+        if not examples and item.get("examples") in (None, []):
+            self.add(
+                "KB019",
+                src,
+                line_of(item, "pattern"),
+                f"{where}examples",
+                "is missing: a signature needs at least one real line of output it matches",
+                "add `examples:` with a line copied from a real run or report (triage repro prints real ones)",
+            )
+        for number, example in enumerate(examples):
+            if not compiled.search(example):
+                self.add(
+                    "KB019",
+                    src,
+                    line_of(item, "examples"),
+                    f"{where}examples[{number}]",
+                    "is not matched by the pattern",
+                    "correct the pattern (or the example, if it was not copied exactly from real output)",
+                )
 
     def verify(self, src: SourceFile, data: dict[str, Any]) -> Verify:
         raw = data.get("verify")

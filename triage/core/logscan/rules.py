@@ -44,6 +44,7 @@ SPECIFIC_WEIGHT = 0.9  # a signature this specific keeps its meaning even after 
 _LAUNCHER = re.compile(
     r"torch/distributed/elastic/|ChildFailedError|Root Cause \(first observed|error_file:"
     r"|To enable traceback see|Sending process \d+ closing signal|sigkill_handler|^\s*traceback\s*:"
+    r"|^\s*exitcode\s*:|failed \(exitcode: -?\d+\) local_rank"
     r"|Signal \d+ \(SIG\w+\) received by PID",
     re.IGNORECASE,
 )
@@ -60,6 +61,11 @@ class Inferred:
     evidence: tuple[Event, ...]
     reason: str
     explains_first: bool
+
+
+def is_launcher(event: Event) -> bool:
+    """A line of the launcher reporting on its workers (an exit, the failure summary, a teardown)."""
+    return event.kind == "exit" or bool(_LAUNCHER.search(event.text))
 
 
 def is_context(event: Event) -> bool:
@@ -82,7 +88,7 @@ def consequences(events: list[Event]) -> list[Event]:
         rank = event.rank
         if event.kind == "hit" and event.role == "umbrella" and rank not in named_cause:
             event = dataclasses.replace(event, role="")  # no detail anywhere: the umbrella is the cause
-        if event.echo and not _LAUNCHER.search(event.text):
+        if event.echo and not is_launcher(event):
             waited.add(rank)
         elif (rank in waited and _follows_a_wait(event)) or (event.kind == "abort" and rank in failed):
             event = _as_echo(event)
@@ -108,7 +114,7 @@ def survivor_echoes(events: list[Event], first: Event) -> list[Event]:
     """Echo lines printed by a worker other than the one that failed first (not the launcher)."""
     found = []
     for event in events:
-        if event.kind != "hit" or not event.echo or _LAUNCHER.search(event.text):
+        if event.kind != "hit" or not event.echo or is_launcher(event):
             continue
         if event.rank is not None and event.rank == first.rank:
             continue

@@ -39,7 +39,10 @@ SIGTERM_EXIT = -15
 SUBSTANTIVE_WEIGHT = 0.5  # a weaker non-echo signature is a hint: it does not explain a line
 _FRAME_LINE = re.compile(r'^\s*(File "[^"]*", line \d+|frame #\d+:|#\d+ 0x[0-9a-f]+ in )')
 _LAST_ERROR = b"last error:"
-_GLOG_INFO = re.compile(r"^\s*\[?I\d{4} \d\d:\d\d:\d\d")
+# torch's C++ INFO lines (TORCH_CPP_LOG_LEVEL=INFO): `[I1122 20:26:58.941547227 file.cpp:710]`;
+# torchrun's own Python INFO lines (`I1122 20:38:52.899000 24270 ...api.py:942]`) report decisions
+# such as a restart, and stay.
+_GLOG_INFO = re.compile(r"^\s*\[I\d{4} \d\d:\d\d:\d\d")
 OWN_ERROR_KINDS = ("exception", "terminate", "abort", "warn", "detail")
 
 
@@ -176,6 +179,8 @@ class Scanner:
             rank = self._source_rank.get(source)
         if rank is None:
             rank = rank_in_message(body)
+        if rank is None:
+            rank = self._structure.summary_rank(source, number)
         if rank is not None:
             self.scan.ranks_seen.add(rank)
         when = timestamp(line)
@@ -202,7 +207,7 @@ class Scanner:
         elif UMBRELLA.search(body):
             role = "umbrella"
         elif _GLOG_INFO.match(body):
-            role = "info"  # torch's own INFO-level log (TORCH_CPP_LOG_LEVEL=INFO): progress, not failure
+            role = "info"  # progress, not failure
         for position in candidates:
             item = self.signatures.signatures[position]
             if item.regex.search(body) or (body is not line and item.regex.search(line)):

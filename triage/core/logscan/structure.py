@@ -26,6 +26,7 @@ _EXCEPTION = re.compile(
 _EXIT_LINE = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+)")
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*: (?P<rank>\d+) \(local_rank: \d+\)")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (?P<code>-?\d+)")
+SUMMARY_LINES = 3  # the exitcode, error_file and traceback lines under a summary block's `rank :`
 _SUMMARY_ROOT = re.compile(r"Root Cause \(first observed failure\)", re.IGNORECASE)
 _LEGACY_EXIT = re.compile(
     r"CalledProcessError: Command '.*--local_rank=(?P<rank>\d+).*' "
@@ -65,10 +66,18 @@ class Structure:
         self.emit = emit
         self.reader = RankReader()
         self.root_cause_rank: int | None = None
-        self._summary_rank: dict[int, int] = {}
+        self._summary_rank: dict[int, tuple[int, int]] = {}  # source -> (worker rank, its `rank :` line)
+        self._summary_exited: set[int] = set()  # sources whose current summary block gave its exit
         self._summary_root: dict[int, bool] = {}
         self._terminate: dict[tuple[int, int | None], str] = {}
         self._last_error: dict[int, tuple[int, int | None]] = {}  # source -> (line, rank)
+
+    def summary_rank(self, source: int, number: int) -> int | None:
+        """The worker a line of torchrun's failure summary is about (`exitcode :`, `traceback :`)."""
+        current = self._summary_rank.get(source)
+        if current is None or not 0 < number - current[1] <= SUMMARY_LINES:
+            return None
+        return current[0]
 
     def wants_next_line(self, source: int, number: int) -> bool:
         """Whether the line after `number` must be read even without an anchor (Last error's detail)."""
@@ -135,13 +144,15 @@ class Structure:
             return True
         summary_rank = _SUMMARY_RANK.match(body)
         if summary_rank:
-            self._summary_rank[source] = int(summary_rank["rank"])
+            self._summary_rank[source] = (int(summary_rank["rank"]), number)
+            self._summary_exited.discard(source)
             if self._summary_root.pop(source, False):
                 self.root_cause_rank = int(summary_rank["rank"])
             return True
         summary_exit = _SUMMARY_EXIT.match(body)
-        if summary_exit and source in self._summary_rank:
-            worker = self._summary_rank.pop(source)
+        worker = self.summary_rank(source, number)
+        if summary_exit and worker is not None and source not in self._summary_exited:
+            self._summary_exited.add(source)
             self.emit(source, number, Found("exit", worker, short, exit_code=int(summary_exit["code"])))
             return True
         legacy = _LEGACY_EXIT.search(body)
