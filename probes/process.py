@@ -38,6 +38,9 @@ def result_from_json(text: str) -> ProbeResult:
 
 
 def main() -> int:
+    from triage.core import children
+
+    children.watch_parent()  # the app died without stopping this probe: stop with it
     request = json.loads(sys.stdin.readline())
     options = ProbeOptions(**request.get("options", {}))
     cancel = threading.Event()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from probes import configs, dist, env, gpu, net, versions
 from probes.subproc import evidence
+from triage.core import children
 from triage.core.facts import STATUS_ORDER, ProbeOptions, ProbeResult, ProgressCallback, Status
 from triage.core.model import KnowledgeBase
 from triage.core.redact import redact_text
@@ -44,7 +45,7 @@ PROBES: dict[str, ProbeSpec] = {
     )
 }
 # How long a probe may take to stop after its timeout or a cancel, killing its children, before the
-# runner gives up waiting for it and reports the overrun anyway.
+# runner kills them itself and reports the overrun anyway.
 STOP_GRACE_S = 3.0
 
 
@@ -100,6 +101,10 @@ class LocalProbeRunner:
             if why:
                 stop.set()
                 worker.join(self.stop_grace_s)
+                if worker.is_alive():
+                    # Stuck (an import under load, a call that ignores the event): whatever it
+                    # started dies now, and anything it starts later dies with it (`stop` is set).
+                    children.kill_owned(stop)
                 break
             worker.join(min(0.05, max(0.0, deadline - time.monotonic())))
         duration = round(time.monotonic() - start, 4)

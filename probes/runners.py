@@ -36,37 +36,38 @@ class ProcessProbes:
 
     def run(self, name: str, options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
         import json
-        import os
-        import signal
         import subprocess
         import tempfile
         import time
         from dataclasses import asdict
 
         from probes.process import result_from_json
+        from triage.core import children
 
         started = time.monotonic()
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            child = subprocess.Popen(
+            child = children.popen(
                 self.command,
+                owner=cancel,
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=err,  # never the terminal: the app owns the screen
-                start_new_session=True,
                 env=_child_env(),
             )
-            assert child.stdin is not None
-            child.stdin.write((json.dumps({"name": name, "options": asdict(options)}) + "\n").encode())
-            child.stdin.flush()
-            stop_by: float | None = None
-            while child.poll() is None:
-                if cancel.wait(0.05) and stop_by is None:
-                    child.stdin.close()
-                    stop_by = time.monotonic() + self.stop_grace_s
-                if stop_by is not None and time.monotonic() > stop_by:
-                    os.killpg(child.pid, signal.SIGKILL)
-                    child.wait()
-            if not child.stdin.closed:
+            try:
+                assert child.stdin is not None
+                child.stdin.write((json.dumps({"name": name, "options": asdict(options)}) + "\n").encode())
+                child.stdin.flush()
+                stop_by: float | None = None
+                while child.poll() is None:
+                    if cancel.wait(0.05) and stop_by is None:
+                        child.stdin.close()
+                        stop_by = time.monotonic() + self.stop_grace_s
+                    if stop_by is not None and time.monotonic() > stop_by:
+                        break
+            finally:
+                children.reap(child)  # also when the app's worker is torn down mid-probe
+            if child.stdin is not None and not child.stdin.closed:
                 child.stdin.close()
             out.seek(0)
             err.seek(0)

@@ -6,15 +6,14 @@ anything it started) is killed, and the call only returns once the child has bee
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from triage.core import children
+from triage.core.children import kill_session
 from triage.core.facts import Evidence
 from triage.core.redact import redact_text
 
@@ -54,12 +53,6 @@ class CommandResult:
         return f"exit {self.returncode}"
 
 
-def kill_session(pid: int) -> None:
-    """SIGKILL the session led by `pid` (the child started it); quiet when it is already gone."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
 def run_command(
     argv: Sequence[str],
     *,
@@ -72,13 +65,13 @@ def run_command(
     args = tuple(argv)
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(
+        proc = children.popen(
             args,
+            owner=cancel,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            start_new_session=True,
-            env=dict(env) if env is not None else None,
+            env=env,
             cwd=cwd,
         )
     except OSError as exc:
@@ -102,9 +95,8 @@ def run_command(
                 out, err = proc.communicate()
                 break
     finally:
-        if proc.poll() is None:  # an exception (KeyboardInterrupt) escaped the loop
-            kill_session(proc.pid)
-            proc.wait()
+        # Also on an exception (KeyboardInterrupt) escaping the loop; ends anything it started.
+        children.reap(proc)
     return CommandResult(
         args,
         None if (timed_out or cancelled) else proc.returncode,

@@ -18,6 +18,7 @@ from types import ModuleType
 from triage import __version__
 from triage.core.errors import UserError
 from triage.core.exitcodes import Exit
+from triage.core.termination import Terminated, install_signal_handlers
 
 DEFAULT_COMMAND = "tui"  # `triage` with no arguments opens the interactive app when installed
 
@@ -102,6 +103,7 @@ def build_parser(modules: dict[str, ModuleType]) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     debug = bool(os.environ.get("TRIAGE_DEBUG"))
+    install_signal_handlers()  # SIGTERM unwinds like Ctrl-C, so no child is left behind
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
         modules = _command_modules(argv)
@@ -124,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("triage: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
+    except Terminated as exc:
+        print(f"triage: terminated (signal {exc.signum})", file=sys.stderr)
+        return 128 + exc.signum
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): not an error worth a traceback.
         sys.stderr.close()

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 
+from probes.dist.worker import CHILD_ENV
 from triage.core.exitcodes import Exit
 
 
@@ -45,7 +46,14 @@ def _under_launcher() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from triage.core import children
+    from triage.core.termination import install_signal_handlers
+
     args = parse_args(argv)
+    if os.environ.get(CHILD_ENV) == "1":
+        children.watch_parent()  # a rank of the local mini-test ends when its launcher does
+    else:
+        install_signal_handlers()
     if _under_launcher():
         from probes.dist.worker import WorkerConfig, run
 

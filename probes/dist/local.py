@@ -4,7 +4,8 @@ The launching process hosts the c10d store itself (not rank 0), so the monitor k
 whichever rank hangs, raises or dies. The listening socket is opened before the ranks start and
 handed to the store afterwards (TCPStore's master_listen_fd), so the ranks and the parent's
 `import torch` overlap with no window in which another process could take the port. Every rank runs
-in a session of its own; at the end every session is killed and every child reaped.
+in a session of its own, started through triage.core.children (it dies with this process); at
+the end every session is killed and every child reaped.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import IO, Any
 from probes.dist.protocol import FAULT_ENV
 from probes.dist.report import Outcome
 from probes.dist.worker import CHILD_ENV, KEY_PREFIX, RUN_ENV
-from probes.subproc import kill_session
+from triage.core import children
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `probes/`
 EXIT_GRACE_S = 3.0
@@ -109,18 +110,16 @@ def run_minitest(
         if fault is not None:
             base_env[FAULT_ENV] = fault
         for rank in range(world):
+            if cancel.is_set():
+                break
             logs[rank] = tempfile.TemporaryFile(prefix=f"triage-dist-{rank}-")
             env = _rank_env(base_env, rank, world, port, run_id, backend)
             argv = [sys.executable, "-m", "probes.dist", "--backend", backend]
             argv += ["--timeout", f"{stall_timeout_s:g}", "--startup-timeout", f"{deadline_s:g}"]
-            procs[rank] = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=logs[rank],
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
+            procs[rank] = children.popen(
+                argv, owner=cancel, stdin=subprocess.DEVNULL, stdout=logs[rank], stderr=subprocess.STDOUT, env=env
             )
+        children.quiet_torch_import()
         try:
             import torch.distributed
         except ImportError as exc:
@@ -162,17 +161,14 @@ def run_minitest(
         if outcome.result == "ok":
             _await_exits(procs, EXIT_GRACE_S)
         for view in outcome.ranks:
-            if view.failed or view.rank in outcome.missing:
+            if (view.failed or view.rank in outcome.missing) and view.rank in logs:
                 view.output_tail = _tail(logs[view.rank])
         return outcome
     finally:
+        for proc in procs.values():  # a rank's own children (none today) share its session
+            children.kill_session(proc.pid)
         for proc in procs.values():
-            if proc.poll() is None:
-                kill_session(proc.pid)
-        for proc in procs.values():
-            proc.wait()
-            # A rank's own children (none today) would share its session: end them too.
-            kill_session(proc.pid)
+            children.reap(proc)
         for handle in logs.values():
             handle.close()
         if listener.fileno() != -1:

@@ -32,6 +32,7 @@ from probes.dist.protocol import (
     report_key,
     state_key,
 )
+from triage.core import children
 from triage.core.exitcodes import Exit
 from triage.core.redact import is_secret_name, redact_text
 
@@ -216,6 +217,7 @@ def run(cfg: WorkerConfig) -> int:
     """Run this rank; returns its exit status (rank 0 under torchrun: the verdict's)."""
     fault = cfg.faults.get(cfg.rank)
     _fire(fault, "connect", cfg.rank)
+    children.quiet_torch_import()
     import torch
     import torch.distributed
 

@@ -37,6 +37,15 @@ def check_argv_text(text: str) -> str:
     return text
 
 
+MAX_SHOWN_ARG = 80
+
+
+def short_arg(text: str, limit: int = MAX_SHOWN_ARG) -> str:
+    """An argument as an error message may quote it: cut, and on one line."""
+    flat = text.replace("\n", " ").replace("\r", " ")
+    return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
+
+
 def require_entry(kb: KnowledgeBase, raw_id: str) -> Entry:
     entry = kb.entry(raw_id)
     if entry is None:
@@ -47,7 +56,7 @@ def require_entry(kb: KnowledgeBase, raw_id: str) -> Entry:
         known = ", ".join(
             f"{p}{min(n)}-{p}{max(n)}" if len(n) > 1 else f"{p}{n[0]}" for p, n in prefixes.items()
         )
-        raise UserError(f"unknown entry id {raw_id!r}; known ids: {known} (see `triage list`)")
+        raise UserError(f"unknown entry id {short_arg(raw_id)}; known ids: {known} (see `triage list`)")
     return entry
 
 
@@ -61,3 +70,26 @@ def entry_json(kb: KnowledgeBase, entry: Entry) -> dict[str, Any]:
 
 def print_lines(lines: list[str]) -> None:
     sys.stdout.write("\n".join(lines) + "\n")
+
+
+def read_text_file(path: str, limit: int = MAX_STDIN_BYTES) -> str:
+    """A regular file's text: refuses a missing path, a directory, a FIFO or device, a file over
+    `limit` bytes and bytes that are not UTF-8, each in one line (never blocks on a FIFO)."""
+    import os
+    import stat
+
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise UserError(f"{path}: {exc.strerror.lower() if exc.strerror else 'cannot be read'}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise UserError(f"{path}: {kind}")
+    if info.st_size > limit:
+        raise UserError(f"{path}: larger than {limit // 1_000_000} MB")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise UserError(f"{path}: {exc.strerror.lower() if exc.strerror else 'cannot be read'}") from None
+    return decode_utf8(data, path)

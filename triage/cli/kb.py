@@ -10,62 +10,43 @@ from triage.core.exitcodes import Exit
 HELP = "validate the knowledge base (check), regenerate compiled.json (build), list error codes (codes)"
 DESCRIPTION = (
     "check: validate every file of the knowledge base and that compiled.json is up to date (exit 2 on any "
-    "problem). build: validate, then write compiled.json. codes: print the table of validation codes."
+    "problem). build: validate, then write compiled.json (and, in the project's knowledge dir, the schema "
+    "section of its README.md and schema.json). codes: print the validation codes and the rules "
+    "behind each: what it finds, why it matters, how to fix it."
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["check", "build", "codes"], help="what to do")
-    parser.add_argument("--json", action="store_true", help="machine-readable diagnostics")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def run(args: argparse.Namespace) -> int:
     import json
 
+    if args.action == "codes":
+        from triage.kb.generate import codes_json, codes_text
+
+        print(
+            json.dumps(codes_json(), indent=2) if args.json else codes_text(),
+            end="" if not args.json else "\n",
+        )
+        return Exit.OK
+
     from triage.kb import compiled
     from triage.kb.paths import knowledge_dir
     from triage.kb.sources import COMPILED_NAME, fingerprint, read_sources
-    from triage.kb.validate import CODES, Diagnostic, check
-
-    if args.action == "codes":
-        if args.json:
-            print(json.dumps(CODES, indent=2))
-        else:
-            for code, text in CODES.items():
-                print(f"{code}  {text}")
-        return Exit.OK
+    from triage.kb.validate import check
 
     root = knowledge_dir()
-    sources = read_sources(root)
-    kb, diagnostics = check(sources)
-    stamp = fingerprint(root)
-    target = root / COMPILED_NAME
+    kb, diagnostics = check(read_sources(root), outputs=args.action == "check")
     if kb is not None and args.action == "build":
-        target.write_text(compiled.to_json(compiled.with_docs(kb), stamp), encoding="utf-8")
-    elif kb is not None:
-        data = compiled.read(str(target))
-        if data is None or data.get("fingerprint") != stamp:
-            diagnostics.append(
-                Diagnostic(
-                    "KB016",
-                    str(target.relative_to(root.parent)),
-                    0,
-                    "",
-                    "does not match the sources",
-                    "run `triage kb build` and commit the result",
-                )
-            )
-        elif compiled.to_json(compiled.with_docs(kb), stamp) != target.read_text(encoding="utf-8"):
-            diagnostics.append(
-                Diagnostic(
-                    "KB016",
-                    str(target.relative_to(root.parent)),
-                    0,
-                    "",
-                    "was written by a different version of triage",
-                    "run `triage kb build` and commit the result",
-                )
-            )
+        from triage.kb import generate
+
+        (root / COMPILED_NAME).write_text(
+            compiled.to_json(compiled.with_docs(kb), fingerprint(root)), encoding="utf-8"
+        )
+        generate.write(root)
     if args.json:
         print(
             json.dumps(

@@ -28,22 +28,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from triage.cli._common import short_arg
     from triage.repro import SCENARIOS, find
 
-    if args.list or not args.id:
+    if args.list or args.id is None:
         for item in SCENARIOS:
             print(f"{item.id:<5} {item.title}  (bound {item.bound_s:.0f} s)")
         return Exit.OK
-    scenario = find(args.id)
+    scenario = find(args.id) if args.id.strip() else None
     if scenario is None:
         known = ", ".join(s.id for s in SCENARIOS)
-        raise UserError(f"no reproduction for {args.id!r}; there are: {known}")
+        raise UserError(f"no reproduction for {short_arg(args.id)}; there are: {known}")
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
         raise UserError("reproductions need torch: pip install 'triage[torch]'")
     if sys.platform != "linux":
         raise UserError("reproductions need Linux (their clean-up reads /proc)")
+    if args.save is not None:
+        _check_writable(args.save)  # before a run of up to a minute, not after it
 
     from triage.repro.runner import run as run_scenario
 
@@ -64,6 +67,23 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{args.save}: cannot be written ({exc.strerror or exc})") from None
     print("== triage log on that output:\n", flush=True)
     return _diagnose(result.output, scenario.id)
+
+
+def _check_writable(path: str) -> None:
+    import os
+
+    from triage.cli._common import short_arg
+
+    shown = short_arg(path)
+    if not path.strip():
+        raise UserError("--save: the file name is empty")
+    if os.path.isdir(path):
+        raise UserError(f"--save {shown}: is a directory; name a file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UserError(f"--save {shown}: the directory {short_arg(parent)} does not exist")
+    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UserError(f"--save {shown}: cannot be written (permission denied)")
 
 
 def _diagnose(output: str, name: str) -> int:

@@ -34,8 +34,7 @@ class Signature(NamedTuple):
     # True for lines that usually echo another rank's failure (a watchdog timeout on a survivor,
     # torchrun's ChildFailedError summary): a log scan ranks them below an earlier real failure.
     echo: bool = False
-    # Real lines of output the pattern must match (copied from a run or a report): `kb check`
-    # requires at least one and checks that each matches.
+    # Real log lines the pattern must match (checked by `triage kb check`).
     examples: tuple[str, ...] = ()
 
 

@@ -97,7 +97,9 @@ def from_json(data: dict[str, Any]) -> KnowledgeBase:
             kind=raw["kind"],
             summary=raw["summary"],
             symptoms=tuple(raw["symptoms"]),
-            signatures=tuple(Signature(**s) for s in raw["signatures"]),
+            signatures=tuple(
+                Signature(**{**s, "examples": tuple(s.get("examples", ()))}) for s in raw["signatures"]
+            ),
             root_cause=raw["root_cause"],
             fix=raw["fix"],
             verify=Verify(raw["verify"]["needed"], raw["verify"]["why"], tuple(raw["verify"]["changes"])),

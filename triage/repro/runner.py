@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from triage.core import children
 from triage.repro import Scenario
 from triage.repro.settings import DEFAULT, Setting
 
@@ -161,60 +162,71 @@ def run(
     deadline = started + scenario.bound_s
     lines: list[str] = []
     files: dict[str, str] = {}
+    launched: list[subprocess.Popen[str]] = []
+    timed_out = False
+    leftover: list[int] = []
     with tempfile.TemporaryDirectory(prefix="triage-repro-") as workdir:
         env["TRIAGE_REPRO_CHECKPOINT"] = str(Path(workdir) / "checkpoint.pt")
         log_dir = Path(workdir) / "logs" if setting.log_dir and scenario.launch != "python" else None
-        if scenario.launch == "python":
-            command = [sys.executable, str(scenario.path)]
-        elif scenario.launch == "two-jobs":
-            port = free_port()
-            common = ["--nnodes=1", "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={port}"]
-            subprocess.Popen(
-                _torchrun(scenario, common, DEFAULT, None),
+        reader: threading.Thread | None = None
+        try:
+            if scenario.launch == "python":
+                command = [sys.executable, str(scenario.path)]
+            elif scenario.launch == "two-jobs":
+                port = free_port()
+                common = [
+                    "--nnodes=1",
+                    "--nproc-per-node=1",
+                    "--master-addr=127.0.0.1",
+                    f"--master-port={port}",
+                ]
+                launched.append(
+                    children.popen(
+                        _torchrun(scenario, common, DEFAULT, None),
+                        env=env,
+                        cwd=workdir,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        text=True,
+                    )
+                )
+                _wait_for_port(port, max(1.0, deadline - time.monotonic() - 10))
+                command = _torchrun(scenario, common, setting, log_dir)
+            else:
+                command = _torchrun(scenario, ["--standalone", "--nproc-per-node=2"], setting, log_dir)
+            proc = children.popen(
+                command,
                 env=env,
                 cwd=workdir,
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
             )
-            _wait_for_port(port, max(1.0, deadline - time.monotonic() - 10))
-            command = _torchrun(scenario, common, setting, log_dir)
-        else:
-            command = _torchrun(scenario, ["--standalone", "--nproc-per-node=2"], setting, log_dir)
-        proc = subprocess.Popen(
-            command,
-            env=env,
-            cwd=workdir,
-            start_new_session=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
+            launched.append(proc)
 
-        def pump() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if setting.timestamps:
-                    line = _stamp(line)
-                lines.append(line)
-                if echo is not None:
-                    echo(line)
+            def pump() -> None:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    if setting.timestamps:
+                        line = _stamp(line)
+                    lines.append(line)
+                    if echo is not None:
+                        echo(line)
 
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
-        timed_out = False
-        try:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            leftover = end_processes(token)
+            reader = threading.Thread(target=pump, daemon=True)
+            reader.start()
             try:
-                proc.wait(timeout=5)
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
-            reader.join(timeout=5)
+                timed_out = True
+        finally:
+            # Also on Ctrl-C or SIGTERM: torchrun's workers live in sessions of their own.
+            leftover = end_processes(token)
+            for child in launched:
+                children.reap(child)
+            if reader is not None:
+                reader.join(timeout=5)
         if log_dir is not None and log_dir.is_dir():
             files = _rank_files(log_dir)
     return RunResult(

@@ -1,0 +1,297 @@
+"""Accuracy of `triage ask` and `triage log` on the real-report corpus (eval/), train and test apart.
+
+    python bench/bench_eval.py                              # figures for train, test and the dev set
+    python bench/bench_eval.py --json                       # the same figures, machine-readable
+    python bench/bench_eval.py --split train --show-misses  # every train item triage gets wrong
+
+Queries go through the `ask` matcher, logs through the `log` engine (its Python API, as
+`triage log` runs it). Figures, per split:
+- top-1: the answer is right. For an item labelled with entries, the first-ranked entry is one of
+  `expect` or `alternates` and triage did not abstain; for an item labelled `[none]`, triage
+  abstained or named an out-of-scope (X) leaf.
+- top-3: one of the first three ranked entries is right (an abstention still lists them).
+- coverage: how often triage answers (does not say "no entry matches this well");
+  precision: how often an answer is right.
+- logs, first rank: of the items that name the rank that failed first, how many the log engine
+  names too; "top-1 + rank" needs both.
+- abstain: the must-abstain set (eval/abstain/): triage says nothing matches, or names an
+  out-of-scope leaf. Its `log:` items are pasted into `ask` like its queries; the log engine's
+  abstention on them is a line of its own.
+Targets on test: queries top-1 >= 85 %, top-3 >= 95 %, precision >= 90 %; logs top-1 with the first
+failing rank >= 90 %; abstain >= 95 %; the dev set (../shared/eval/) no worse than before.
+The test split is only ever printed as figures: --show-misses refuses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from corpus import Item, dev_dir, load_all, split_of  # noqa: E402
+
+from triage.core.model import KnowledgeBase  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What triage made of one item."""
+
+    item: Item
+    answered: bool  # triage named an entry (not "no entry matches this well")
+    right: bool  # top-1 in the sense of the module docstring
+    top3: bool
+    ranked: tuple[tuple[str, float], ...]
+    verdict: str
+    first_rank: int | None = None  # logs: the rank the engine says failed first
+
+    @property
+    def rank_right(self) -> bool | None:
+        if self.item.first_rank is None:
+            return None
+        return self.first_rank == self.item.first_rank
+
+
+def _judge(item: Item, ids: Sequence[str], answered: bool, out_of_scope: bool) -> tuple[bool, bool]:
+    if item.expect == ("none",):
+        ok = not answered or out_of_scope
+        return ok, ok
+    accepted = item.accepted
+    return answered and bool(ids) and ids[0] in accepted, any(i in accepted for i in ids[:3])
+
+
+def ask_outcome(kb: KnowledgeBase, item: Item) -> Outcome:
+    from triage.core.matcher import rank
+
+    match = rank(kb, item.text, top=3)
+    ids = [h.entry.id for h in match.hits]
+    answered = match.verdict != "no_match"
+    right, top3 = _judge(item, ids, answered, match.verdict == "out_of_scope")
+    ranked = tuple((h.entry.id, h.score) for h in match.hits)
+    return Outcome(item, answered, right, top3, ranked, match.verdict)
+
+
+class LogEngine:
+    """`triage log` over a pasted text, through the same modules the command runs."""
+
+    def __init__(self, kb: KnowledgeBase) -> None:
+        from triage.core.logscan.patterns import compile_signatures
+
+        self.kb = kb
+        self.signatures = compile_signatures(kb)
+
+    def outcome(self, item: Item) -> Outcome:
+        from triage.core.logscan.scanner import Scanner
+        from triage.core.logscan.verdict import decide
+
+        scanner = Scanner(self.signatures)
+        scanner.feed_block(scanner.source("paste"), item.text.encode("utf-8", "replace"), 1)
+        verdict = decide(scanner.scan, self.kb)
+        ids = [d.entry_id for d in verdict.diagnoses]
+        answered = verdict.found and bool(ids)
+        out_of_scope = answered and not self.kb.entries[ids[0]].covered
+        right, top3 = _judge(item, ids, answered, out_of_scope)
+        ranked = tuple((d.entry_id, d.score) for d in verdict.diagnoses[:3])
+        state = ("out_of_scope" if out_of_scope else "match") if answered else "no_match"
+        return Outcome(item, answered, right, top3, ranked, state, verdict.first_rank)
+
+
+def _pct(part: int, whole: int) -> float | None:
+    return round(100 * part / whole, 1) if whole else None
+
+
+def figures(outcomes: Sequence[Outcome]) -> dict[str, float | int | None]:
+    n = len(outcomes)
+    answered = [o for o in outcomes if o.answered]
+    ranked = [o for o in outcomes if o.rank_right is not None]
+    return {
+        "n": n,
+        "top1": _pct(sum(o.right for o in outcomes), n),
+        "top3": _pct(sum(o.top3 for o in outcomes), n),
+        "coverage": _pct(len(answered), n),
+        "precision": _pct(sum(o.right for o in answered), len(answered)),
+        "with_rank": len(ranked),
+        "first_rank": _pct(sum(bool(o.rank_right) for o in ranked), len(ranked)),
+        "top1_and_rank": _pct(sum(o.right and o.rank_right is not False for o in outcomes), n),
+    }
+
+
+def abstain_figures(outcomes: Sequence[Outcome]) -> dict[str, float | int | None]:
+    return {"n": len(outcomes), "abstained": _pct(sum(o.right for o in outcomes), len(outcomes))}
+
+
+def _missing_labels(kb: KnowledgeBase, outcomes: Sequence[Outcome]) -> int:
+    """Items whose right answers are all ids the knowledge base does not have yet."""
+    return sum(
+        1
+        for o in outcomes
+        if o.item.expect != ("none",) and not any(i in kb.entries for i in o.item.accepted)
+    )
+
+
+def evaluate(kb: KnowledgeBase, items: Mapping[str, list[Item]], splits: Sequence[str]) -> dict[str, object]:
+    engine = LogEngine(kb)
+    out: dict[str, object] = {}
+    for split in splits:
+        queries = [ask_outcome(kb, i) for i in items["queries"] if i.split == split]
+        logs = [engine.outcome(i) for i in items["logs"] if i.split == split]
+        abstain_items = [i for i in items["abstain"] if i.split == split]
+        abstain = [ask_outcome(kb, i) for i in abstain_items]
+        abstain_logs = [engine.outcome(i) for i in abstain_items if i.is_log]
+        out[split] = {
+            "queries": figures(queries) | {"labels_not_in_kb": _missing_labels(kb, queries)},
+            "logs": figures(logs) | {"labels_not_in_kb": _missing_labels(kb, logs)},
+            "abstain": abstain_figures(abstain),
+            "abstain_log_engine": abstain_figures(abstain_logs),
+            "_outcomes": queries + logs + abstain + abstain_logs,
+        }
+    return out
+
+
+def dev_figures(kb: KnowledgeBase) -> dict[str, object] | None:
+    import yaml
+
+    folder = dev_dir()
+    if folder is None:
+        return None
+    engine = LogEngine(kb)
+    result: dict[str, object] = {"path": str(folder)}
+    for name, kind, judge in (
+        ("dev_queries.yaml", "queries", lambda i: ask_outcome(kb, i)),
+        ("dev_logs.yaml", "logs", engine.outcome),
+    ):
+        path = folder / name
+        if not path.is_file():
+            continue
+        raw_items = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+        outcomes = [judge(_dev_item(raw, kind, f"{name}#{n}")) for n, raw in enumerate(raw_items, 1)]
+        result[kind] = figures(outcomes)
+    return result
+
+
+def _dev_item(raw: dict[str, object], kind: str, origin: str) -> Item:
+    is_log = "log" in raw
+    text = str(raw["log"] if is_log else raw["query"])
+    expect = raw.get("expect") or []
+    assert isinstance(expect, list)
+    ids = tuple("none" if str(e).lower() == "none" else str(e).upper() for e in expect)
+    source = str(raw.get("source", ""))
+    return Item(
+        "queries" if kind == "queries" else "logs",
+        text,
+        ids,
+        (),
+        source,
+        None,
+        is_log,
+        origin,
+        split_of(source, text),
+    )
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}%" if isinstance(value, float) else str(value)
+
+
+ROWS: tuple[tuple[str, str, str], ...] = (
+    ("queries", "n", "queries: items"),
+    ("queries", "top1", "queries: top-1"),
+    ("queries", "top3", "queries: top-3"),
+    ("queries", "coverage", "queries: coverage (answered)"),
+    ("queries", "precision", "queries: precision (right when answered)"),
+    ("queries", "labels_not_in_kb", "queries: labelled with ids not in the kb"),
+    ("logs", "n", "logs: items"),
+    ("logs", "top1", "logs: top-1"),
+    ("logs", "top3", "logs: top-3"),
+    ("logs", "coverage", "logs: coverage (answered)"),
+    ("logs", "precision", "logs: precision (right when answered)"),
+    ("logs", "with_rank", "logs: items naming the first rank"),
+    ("logs", "first_rank", "logs: first failing rank right"),
+    ("logs", "top1_and_rank", "logs: top-1 with the first rank right"),
+    ("logs", "labels_not_in_kb", "logs: labelled with ids not in the kb"),
+    ("abstain", "n", "must-abstain: items"),
+    ("abstain", "abstained", "must-abstain: abstained (ask)"),
+    ("abstain_log_engine", "n", "must-abstain: log items"),
+    ("abstain_log_engine", "abstained", "must-abstain: log items, log engine abstained"),
+)
+
+
+def print_table(result: dict[str, object], splits: Sequence[str], dev: dict[str, object] | None) -> None:
+    columns = [*splits, *(["dev"] if dev else [])]
+    print(f"{'':48}" + "".join(f"{c:>10}" for c in columns))
+    for group, key, label in ROWS:
+        cells = []
+        for column in columns:
+            block = dev if column == "dev" else result[column]
+            assert isinstance(block, dict)
+            values = block.get(group)
+            cells.append(_fmt(values.get(key)) if isinstance(values, dict) else "-")
+        print(f"{label:48}" + "".join(f"{c:>10}" for c in cells))
+    if dev:
+        print(f"(dev = {dev['path']})")
+
+
+def show_misses(outcomes: Sequence[Outcome]) -> None:
+    misses = [o for o in outcomes if not o.right or o.rank_right is False]
+    for o in misses:
+        label = "abstain" if o.item.kind == "abstain" else "/".join(o.item.expect)
+        if o.item.alternates:
+            label += f" (alt {'/'.join(o.item.alternates)})"
+        got = " ".join(f"{i}:{s:.2f}" for i, s in o.ranked)
+        rank = f" rank {o.first_rank} vs {o.item.first_rank}" if o.rank_right is False else ""
+        engine = (
+            "log"
+            if o.item.kind == "logs" or (o.item.kind == "abstain" and o.first_rank is not None)
+            else "ask"
+        )
+        text = " ".join(o.item.text.split())[:150]
+        print(f"MISS {o.item.origin} [{engine}] expect {label} got [{o.verdict}] {got}{rank}\n     {text}")
+    print(f"{len(misses)} misses")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--split", choices=["train", "test", "both"], default="both")
+    parser.add_argument(
+        "--show-misses", action="store_true", help="list the items triage gets wrong (train only)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--no-dev", action="store_true", help="leave out the dev set (../shared/eval)")
+    args = parser.parse_args(argv)
+    if args.show_misses and args.split != "train":
+        print("bench_eval: --show-misses lists train items only (use --split train)", file=sys.stderr)
+        return 2
+    from triage.kb.loader import load_kb
+
+    kb = load_kb()
+    splits = ["train", "test"] if args.split == "both" else [args.split]
+    result = evaluate(kb, load_all(), splits)
+    dev = None if args.no_dev else dev_figures(kb)
+    if args.show_misses:
+        block = result["train"]
+        assert isinstance(block, dict)
+        show_misses(block["_outcomes"])
+    for split in splits:
+        block = result[split]
+        assert isinstance(block, dict)
+        block.pop("_outcomes")
+    if args.json:
+        print(json.dumps(result | ({"dev": dev} if dev else {}), indent=2))
+    else:
+        print_table(result, splits, dev)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Reading a live process's Python stack with py-spy, bounded in time, without stopping it.
+
+`py-spy dump --nonblocking` reads the target's memory without pausing it; two reads a moment apart
+also tell a rank that is stuck (same stack) from one that is moving.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from triage.core.hang.stacks import Frame
+
+PTRACE_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
+
+
+class StackUnreadable(Exception):
+    """The stack could not be read; the message says why and what to change."""
+
+
+@dataclass(frozen=True)
+class Dump:
+    frames: tuple[Frame, ...]
+    active: bool
+
+
+def pyspy_binary() -> str | None:
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
+
+
+def _ptrace_scope() -> str:
+    try:
+        with open(PTRACE_SCOPE, encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def permission_hint(pid: int) -> str:
+    scope = _ptrace_scope()
+    why = f"kernel.yama.ptrace_scope is {scope}" if scope and scope != "0" else "ptrace is not permitted"
+    return (
+        f"cannot read the stack of process {pid}: {why}. Run triage as the job's user "
+        "(or as root); in a container start it with --cap-add SYS_PTRACE; on the host "
+        "`sudo sysctl kernel.yama.ptrace_scope=0` allows it until the next boot"
+    )
+
+
+def _main_thread(threads: list[dict[str, object]], pid: int) -> dict[str, object] | None:
+    for thread in threads:
+        if thread.get("os_thread_id") == pid or thread.get("thread_name") == "MainThread":
+            return thread
+    return threads[0] if threads else None
+
+
+def dump(pid: int, timeout_s: float, nonblocking: bool = True) -> Dump:
+    binary = pyspy_binary()
+    if binary is None:
+        raise StackUnreadable("py-spy is not installed (pip install py-spy)")
+    command = [binary, "dump", "--json", "--pid", str(pid)]
+    if nonblocking:
+        command.append("--nonblocking")
+    try:
+        done = subprocess.run(
+            command, capture_output=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        raise StackUnreadable(f"py-spy did not answer within {timeout_s:g} s for process {pid}") from None
+    err = done.stderr.decode(errors="replace")
+    if done.returncode != 0:
+        if "ermission" in err or "not permitted" in err or "os error 1)" in err or "os error 13" in err:
+            raise StackUnreadable(permission_hint(pid))
+        if "No such process" in err or "os error 3)" in err:
+            raise StackUnreadable(f"process {pid} exited")
+        first = next((line for line in err.splitlines() if line.startswith("Error")), err.strip()[:200])
+        raise StackUnreadable(f"py-spy could not read process {pid}: {first}")
+    try:
+        threads = json.loads(done.stdout)
+    except ValueError:
+        raise StackUnreadable(f"py-spy gave unreadable output for process {pid}") from None
+    main = _main_thread(threads if isinstance(threads, list) else [], pid)
+    if main is None:
+        raise StackUnreadable(f"process {pid} has no Python thread")
+    raw_frames = main.get("frames")
+    frames = tuple(
+        Frame(str(f.get("name", "?")), str(f.get("filename", "?")), int(f.get("line") or 0))
+        for f in (raw_frames if isinstance(raw_frames, list) else [])
+        if isinstance(f, dict)
+    )
+    return Dump(frames, bool(main.get("active")))
+
+
+def sample(pid: int, timeout_s: float, gap_s: float = 0.3) -> tuple[Dump, bool]:
+    """Two reads `gap_s` apart: the later one, and whether the stack moved in between."""
+    first = dump(pid, timeout_s)
+    time.sleep(gap_s)
+    try:
+        second = dump(pid, timeout_s)
+    except StackUnreadable:
+        return first, False
+    return second, second.frames != first.frames or second.active

@@ -1,0 +1,130 @@
+"""The hang analysis on stacks shaped like py-spy's (innermost first), with real source text."""
+
+from __future__ import annotations
+
+import textwrap
+
+from triage.core.hang.analyse import analyse
+from triage.core.hang.classify import classify
+from triage.core.hang.codec import merge, picture_json
+from triage.core.hang.source_context import line_context
+from triage.core.hang.stacks import Frame, RankSample
+
+C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+LOGGER = "/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py"
+SCRIPT = "/job/train.py"
+
+SOURCE = textwrap.dedent(
+    """\
+    import torch.distributed as dist
+
+    def main(rank, loader, model):
+        for batch in loader:
+            loss = model(batch)
+            loss.backward()
+            if rank == 0:
+                dist.barrier()
+            try:
+                check(batch)
+            except ValueError:
+                continue
+            dist.all_reduce(loss)
+        dist.barrier()
+    """
+)
+
+
+def _sample(rank: int, *frames: Frame, active: bool = False, world: int = 2, host: str = "n1") -> RankSample:
+    contexts = {f.where(): line_context(SOURCE, f.line) for f in frames if f.file == SCRIPT}
+    return RankSample(
+        pid=100 + rank, host=host, rank=rank, world_size=world, local_world_size=world,
+        frames=frames, active=active, contexts=contexts,
+    )  # fmt: skip
+
+
+def _collective(name: str, line: int) -> tuple[Frame, ...]:
+    return (Frame(name, C10D, 4000), Frame("wrapper", LOGGER, 83), Frame("main", SCRIPT, line))
+
+
+BACKWARD = (
+    Frame("_engine_run_backward", "/venv/lib/python3.11/site-packages/torch/autograd/graph.py", 979),
+    Frame("backward", "/venv/lib/python3.11/site-packages/torch/autograd/__init__.py", 395),
+    Frame("main", SCRIPT, 6),
+)
+
+
+def test_a_collective_under_a_rank_test_is_d21_and_names_the_rank() -> None:
+    picture = analyse([_sample(0, *_collective("barrier", 8)), _sample(1, *_collective("all_reduce", 13))])
+    assert picture.diagnoses[0].entry == "D21"
+    assert picture.suspect_ranks == (0,)
+    assert "rank == 0" in picture.diagnoses[0].evidence[0]
+
+
+def test_a_rank_past_its_loop_while_another_is_in_backward_is_d9() -> None:
+    picture = analyse([_sample(0, *_collective("barrier", 14)), _sample(1, *BACKWARD)])
+    assert [d.entry for d in picture.diagnoses][:2] == ["D9", "D22"]
+    assert picture.suspect_ranks == (0,)
+    assert classify(_sample(1, *BACKWARD)).via.startswith("DDP")
+
+
+def test_a_busy_backward_is_compute_not_a_collective() -> None:
+    assert classify(_sample(1, *BACKWARD, active=True)).kind == "computing"
+
+
+def test_a_continue_between_two_collectives_means_the_earlier_rank_skipped() -> None:
+    picture = analyse([_sample(0, *_collective("all_reduce", 13)), _sample(1, *_collective("barrier", 8))])
+    # rank 0 at line 13 and rank 1 at line 8 (under `if rank == 0`): the rank test wins
+    assert picture.diagnoses[0].entry == "D21"
+
+
+def test_a_rank_loading_data_while_others_wait_is_the_straggler() -> None:
+    loading = (
+        Frame("__getitem__", "/job/data.py", 20),
+        Frame("fetch", "/venv/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py", 54),
+        Frame("main", SCRIPT, 4),
+    )
+    picture = analyse(
+        [_sample(0, *_collective("all_reduce", 13), world=3), _sample(1, *loading, world=3),
+         _sample(2, *_collective("all_reduce", 13), world=3)]
+    )  # fmt: skip
+    assert picture.suspect_ranks == (1,)
+    assert picture.diagnoses[0].entry == "MN3"
+    assert "loading data" in picture.verdict
+
+
+def test_a_missing_rank_on_a_single_node_is_gone_not_elsewhere() -> None:
+    picture = analyse([_sample(0, *_collective("all_reduce", 13))])
+    assert picture.missing_ranks == (1,)
+    assert picture.diagnoses[0].entry == "D20"
+
+
+def test_ranks_on_other_nodes_are_out_of_sight_and_merge_brings_them_back() -> None:
+    def node(rank: int, host: str, *frames: Frame) -> RankSample:
+        return RankSample(
+            pid=100 + rank, host=host, rank=rank, world_size=2, local_world_size=1, frames=frames,
+            contexts={f.where(): line_context(SOURCE, f.line) for f in frames if f.file == SCRIPT},
+        )  # fmt: skip
+
+    one = analyse([node(0, "n1", *_collective("barrier", 8))])
+    assert one.missing_ranks == () and any("other nodes" in n for n in one.notes)
+    two = analyse([node(1, "n2", *_collective("all_reduce", 13))])
+    merged, slots = merge([picture_json(one, 1), picture_json(two, 1)])
+    assert slots == 2
+    assert merged.diagnoses[0].entry == "D21" and merged.suspect_ranks == (0,)
+
+
+def test_every_rank_in_init_means_a_partner_never_arrived() -> None:
+    init = (Frame("init_process_group", C10D, 1500), Frame("main", SCRIPT, 3))
+    picture = analyse([_sample(0, *init), _sample(1, *init)])
+    assert picture.diagnoses[0].entry == "P1"
+
+
+def test_no_collective_anywhere_is_not_called_a_distributed_hang() -> None:
+    picture = analyse(
+        [_sample(0, Frame("main", SCRIPT, 5), active=True), _sample(1, Frame("main", SCRIPT, 5), active=True)]
+    )
+    assert picture.diagnoses == ()
+
+
+def test_source_that_does_not_parse_gives_an_empty_context() -> None:
+    assert line_context("def (:", 1).function == ""

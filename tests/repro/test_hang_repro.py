@@ -1,0 +1,59 @@
+"""`triage hang` on real hung jobs: each reproduction freezes for real under torchrun (CPU/gloo);
+the command must name the entry, the suspect ranks and the line they stopped at, and nothing of
+the job may be left once it is ended."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from triage.repro.hangs import HANGS, HangScenario, hung_job
+from triage.repro.runner import processes_with_token
+
+pytestmark = pytest.mark.slow
+
+
+def _hang(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "triage", "hang", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+        env={**os.environ, "TRIAGE_HANG_SELF": "1"},
+    )
+
+
+@pytest.mark.parametrize("scenario", HANGS, ids=[h.id for h in HANGS])
+def test_a_real_hang_is_named_with_its_suspects_and_line(scenario: HangScenario) -> None:
+    with hung_job(scenario) as job:
+        done = _hang("--json", "--pid", str(job.launcher_pid))
+        token = job.token
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["diagnoses"][0]["id"] == scenario.expect, data["verdict"]
+    assert data["suspect_ranks"] == list(scenario.suspects)
+    line = scenario.suspect_line()
+    suspects = [r for r in data["ranks"] if r["rank"] in scenario.suspects]
+    assert suspects and all(r["user_frame"]["line"] == line for r in suspects), suspects
+    assert all(r["user_frame"]["file"].endswith(scenario.script) for r in suspects)
+    assert len(data["ranks"]) == scenario.nproc
+    assert processes_with_token(token) == []
+
+
+def test_plain_output_leads_with_the_verdict_and_marks_the_suspect() -> None:
+    scenario = HANGS[0]
+    with hung_job(scenario) as job:
+        done = _hang("--pid", str(job.launcher_pid))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Verdict: rank 0 ")
+    marked = [line for line in lines if line.startswith(" ! rank 0")]
+    assert marked and "barrier()" in marked[0] and f"{scenario.script}:{scenario.suspect_line()}" in marked[0]
+    assert any(line.startswith("Diagnosis: D21") for line in lines)

@@ -1,0 +1,217 @@
+"""From every rank's state to the picture of the hang: groups, the odd ranks out, the entries.
+
+The rules read like an engineer comparing eight stacks:
+- ranks waiting in different collectives: a mismatch. When the odd collective sits under a
+  rank-dependent `if`, that branch is the bug (D21); when one rank waits past the end of its loop
+  while the others are still inside it, that rank ran out of batches first (D9); when a rank is
+  at an earlier line of the same loop and a `continue` / `break` between the two lines could
+  have skipped the other collective, that rank skipped it (D19); otherwise a desync (D19).
+- some ranks in a collective, others not: the others are the stragglers; what they do names the
+  entry (data loading, a wait, compute: MN3 with P7; gone: D20).
+- every rank in the same collective while the group forms: a partner never arrived (P1, D2, MN2).
+- every local rank in the same collective, ranks of the world missing here: look at the other
+  nodes (run `triage hang --json` on each, then `triage hang merge`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from triage.core.hang.classify import RankState, classify
+from triage.core.hang.stacks import LineContext, RankSample
+
+
+@dataclass(frozen=True)
+class Group:
+    """Ranks doing the same thing."""
+
+    ranks: tuple[int | None, ...]
+    state: RankState
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    entry: str
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HangPicture:
+    ranks: tuple[RankState, ...]
+    groups: tuple[Group, ...]
+    suspect_ranks: tuple[int, ...]
+    diagnoses: tuple[Diagnosis, ...]
+    verdict: str
+    world_size: int | None = None
+    missing_ranks: tuple[int, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _rank_label(ranks: tuple[int | None, ...]) -> str:
+    known = [r for r in ranks if r is not None]
+    if not known:
+        return "a process"
+    return ("rank " if len(known) == 1 else "ranks ") + ", ".join(str(r) for r in known)
+
+
+def _group(states: list[RankState]) -> tuple[Group, ...]:
+    order: dict[tuple[str, str, str], list[RankState]] = {}
+    for state in states:
+        order.setdefault(state.key(), []).append(state)
+    groups = [Group(tuple(s.rank for s in members), members[0]) for members in order.values()]
+    groups.sort(key=lambda g: (-len(g.ranks), min((r for r in g.ranks if r is not None), default=1 << 30)))
+    return tuple(groups)
+
+
+def _ints(ranks: tuple[int | None, ...]) -> tuple[int, ...]:
+    return tuple(sorted(r for r in ranks if r is not None))
+
+
+def _context(state: RankState) -> LineContext:
+    return state.context or LineContext()
+
+
+def _past_loop(early: RankState, busy: RankState) -> bool:
+    """`early` waits after the end of the loop that `busy` is still inside (same function)."""
+    e, b = _context(early), _context(busy)
+    if not (early.user_frame and busy.user_frame) or early.user_frame.file != busy.user_frame.file:
+        return False
+    if e.function != b.function or b.loop is None or e.loop == b.loop:
+        return False
+    return early.user_frame.line > b.loop[1]
+
+
+def _skipped(ahead: RankState, waiting: RankState) -> tuple[int, str] | None:
+    """A jump between `ahead`'s line and `waiting`'s later line in the same loop, if any."""
+    a, w = _context(ahead), _context(waiting)
+    if not (ahead.user_frame and waiting.user_frame) or a.loop is None or a.loop != w.loop:
+        return None
+    low, high = ahead.user_frame.line, waiting.user_frame.line
+    if low >= high:
+        return None
+    return next(((line, kind) for line, kind in a.jumps if low < line < high), None)
+
+
+def _mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...], str]:
+    described = "; ".join(f"{_rank_label(g.ranks)} {g.state.describe()}" for g in groups)
+    conditional = [g for g in groups if _context(g.state).rank_condition]
+    if conditional:
+        odd = conditional[0]
+        line, test = _context(odd.state).rank_condition or (0, "")
+        where = odd.state.user_frame.where() if odd.state.user_frame else ""
+        evidence: tuple[str, ...] = (
+            f"{_rank_label(odd.ranks)} waits in {odd.state.collective}() at {where}, inside `if {test}:` "
+            f"(line {line}), a branch the other ranks do not take",
+            described,
+        )
+        verdict = f"{_rank_label(odd.ranks)} is in a collective that only some ranks reach (`if {test}:`)"
+        return [Diagnosis("D21", evidence), Diagnosis("D19", (described,))], _ints(odd.ranks), verdict
+    for early in groups:
+        for busy in groups:
+            if early is not busy and _past_loop(early.state, busy.state):
+                evidence = (
+                    f"{_rank_label(early.ranks)} left the loop and waits in {early.state.collective}() at "
+                    f"{early.state.user_frame.where() if early.state.user_frame else '?'}, while "
+                    f"{_rank_label(busy.ranks)} is still inside it ({busy.state.describe()})",
+                )
+                verdict = f"{_rank_label(early.ranks)} ran out of batches before the others"
+                return (
+                    [Diagnosis("D9", evidence), Diagnosis("D22", evidence)],
+                    _ints(early.ranks),
+                    verdict,
+                )
+    for ahead in groups:
+        for waiting in groups:
+            jump = _skipped(ahead.state, waiting.state) if ahead is not waiting else None
+            if jump:
+                line, kind = jump
+                evidence = (
+                    f"{_rank_label(ahead.ranks)} skipped {waiting.state.collective}() at "
+                    f"{waiting.state.user_frame.where() if waiting.state.user_frame else '?'}: a `{kind}` at "
+                    f"line {line} jumps over it, and {_rank_label(waiting.ranks)} waits there",
+                    described,
+                )
+                verdict = f"{_rank_label(ahead.ranks)} skipped a collective the others wait in"
+                return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], _ints(ahead.ranks), verdict
+    sizes = Counter(len(g.ranks) for g in groups)
+    largest = max(len(g.ranks) for g in groups)
+    odd_ranks = (
+        ()
+        if sizes[largest] > 1
+        else _ints(tuple(r for g in groups if len(g.ranks) < largest for r in g.ranks))
+    )
+    verdict = "the ranks wait in different collectives (their collective sequences diverged)"
+    return [Diagnosis("D19", (described,)), Diagnosis("D21", (described,))], odd_ranks, verdict
+
+
+def _straggler(waiting: list[Group], others: list[Group]) -> tuple[list[Diagnosis], tuple[int, ...], str]:
+    odd = [r for g in others for r in g.ranks]
+    label = _rank_label(tuple(odd))
+    lines = tuple(f"{_rank_label(g.ranks)} {g.state.describe()}" for g in [*others, *waiting])
+    kinds = {g.state.kind for g in others}
+    if kinds == {"exited"}:
+        verdict = f"{label} is gone while the others wait for it"
+        return [Diagnosis("D20", lines), Diagnosis("MN3", lines)], _ints(tuple(odd)), verdict
+    doing = {
+        "data": "is stuck loading data",
+        "waiting": "is stuck outside any collective",
+        "computing": "is still computing",
+        "unknown": "could not be read",
+    }
+    what = " / ".join(doing.get(k, k) for k in sorted(kinds))
+    verdict = f"{label} {what} while the others wait in a collective"
+    return (
+        [Diagnosis("MN3", lines), Diagnosis("P7", lines), Diagnosis("D20", lines)],
+        _ints(tuple(odd)),
+        verdict,
+    )
+
+
+def analyse(samples: list[RankSample]) -> HangPicture:
+    """The picture for the ranks sampled on this node."""
+    world = max((s.world_size or 0 for s in samples), default=0) or None
+    # Ranks of other nodes are not missing, only out of sight: count the slots of the nodes seen.
+    slots = sum(n or 0 for n in {s.host: s.local_world_size for s in samples}.values())
+    return analyse_states([classify(s) for s in samples], world, slots)
+
+
+def analyse_states(found: list[RankState], world: int | None, slots: int) -> HangPicture:
+    """The picture from every rank's state: `slots` ranks of the `world` were visible."""
+    states = sorted(found, key=lambda s: (s.rank is None, s.rank or 0, s.host, s.pid))
+    seen = {s.rank for s in states}
+    missing = tuple(r for r in range(world or 0) if r not in seen)
+    notes: list[str] = []
+    if missing and world and slots >= world:
+        states += [RankState(r, 0, "", kind="exited") for r in missing[:64]]
+    elif missing:
+        notes.append(
+            f"{len(missing)} of {world} ranks run on other nodes: run `triage hang --json > $(hostname).json` "
+            "on every node, then `triage hang merge *.json` for the whole job"
+        )
+        missing = ()
+    groups = _group(states)
+    waiting = [g for g in groups if g.state.kind in ("collective", "init")]
+    others = [g for g in groups if g.state.kind not in ("collective", "init")]
+    if not waiting:
+        verdict = "no rank is waiting in a collective: this does not look like a distributed hang"
+        return HangPicture(tuple(states), groups, (), (), verdict, world, missing, tuple(notes))
+    if others:
+        diagnoses, suspects, verdict = _straggler(waiting, others)
+    elif len(waiting) > 1:
+        diagnoses, suspects, verdict = _mismatch(tuple(waiting))
+    else:
+        only = waiting[0].state
+        lines = (f"every rank seen {only.describe()}",)
+        if only.kind == "init":
+            verdict = "every rank waits while the process group forms: a partner never arrived"
+            diagnoses = [Diagnosis("P1", lines), Diagnosis("D2", lines), Diagnosis("MN2", lines)]
+        else:
+            verdict = (
+                f"every rank seen waits in {only.collective}(): the rank holding it up is not among them"
+            )
+            diagnoses = [Diagnosis("MN3", lines), Diagnosis("D19", lines)]
+        suspects = ()
+    return HangPicture(
+        tuple(states), groups, suspects, tuple(diagnoses), verdict, world, missing, tuple(notes)
+    )

@@ -1,0 +1,115 @@
+"""What one rank is doing, from its stack: which collective it waits in, or what else it does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from triage.core.hang.stacks import Frame, LineContext, RankSample
+
+# torch.distributed's Python entry points that block until every rank of the group arrives.
+COLLECTIVES = frozenset(
+    {
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "all_gather_coalesced",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "all_to_all",
+        "all_to_all_single",
+        "broadcast",
+        "broadcast_object_list",
+        "reduce",
+        "gather",
+        "gather_object",
+        "scatter",
+        "scatter_object_list",
+        "barrier",
+        "monitored_barrier",
+        "send",
+        "recv",
+        "batch_isend_irecv",
+    }
+)
+# Calls that wait for the other ranks while the group is being formed.
+INIT_CALLS = frozenset(
+    {"init_process_group", "new_group", "_new_group_with_tag", "rendezvous", "_store_based_barrier"}
+)
+_LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "<frozen", "/lib/python3")
+
+
+@dataclass(frozen=True)
+class RankState:
+    """A rank's state: `kind` is collective | init | data | waiting | computing | exited | unknown."""
+
+    rank: int | None
+    pid: int
+    host: str
+    kind: str
+    collective: str = ""  # the collective's name, for kind collective / init
+    via: str = ""  # who issued it when not the user directly: "DDP backward", "FSDP forward", ...
+    user_frame: Frame | None = None
+    context: LineContext | None = None
+    detail: str = ""
+
+    def key(self) -> tuple[str, str, str]:
+        """Ranks with equal keys are doing the same thing."""
+        where = self.user_frame.where() if self.user_frame else ""
+        return (self.kind, self.collective, where)
+
+    def describe(self) -> str:
+        where = f" at {self.user_frame.where()}" if self.user_frame else ""
+        if self.kind in ("collective", "init"):
+            via = f" ({self.via})" if self.via else ""
+            return f"waiting in {self.collective}(){via}{where}"
+        return {
+            "data": f"loading data{where}",
+            "waiting": f"waiting outside any collective (sleep, I/O or a lock){where}",
+            "computing": f"computing outside any collective{where}",
+            "exited": "not running (exited or never started)",
+            "unknown": f"stack not readable: {self.detail}",
+        }.get(self.kind, self.kind)
+
+
+def is_library(path: str) -> bool:
+    return any(mark in path for mark in _LIBRARY_MARKS) or path.startswith("<")
+
+
+def user_frame(frames: tuple[Frame, ...]) -> Frame | None:
+    """The innermost frame of the user's own code."""
+    return next((f for f in frames if not is_library(f.file)), None)
+
+
+def _short(function: str) -> str:
+    return function.rsplit(".", 1)[-1]
+
+
+def classify(sample: RankSample) -> RankState:
+    """Name what `sample`'s main thread is doing, and the user frame that led there."""
+    base = RankState(sample.rank, sample.pid, sample.host, kind="unknown")
+    if sample.error:
+        return replace(base, detail=sample.error)
+    frames = sample.frames
+    mine = user_frame(frames)
+    base = replace(base, user_frame=mine, context=sample.contexts.get(mine.where()) if mine else None)
+    fsdp = any("/fsdp/" in f.file for f in frames)
+    for frame in frames:
+        name = _short(frame.function)
+        in_dist = "torch/distributed/" in frame.file
+        if in_dist and name in INIT_CALLS:
+            return replace(base, kind="init", collective="init_process_group")
+        if in_dist and "distributed_c10d" in frame.file and name in COLLECTIVES:
+            return replace(base, kind="collective", collective=name, via="FSDP" if fsdp else "")
+        if "/fsdp/" in frame.file and not sample.active:
+            return replace(base, kind="collective", collective="all_gather", via="FSDP unshard in forward()")
+        if frame.file.endswith("autograd/graph.py") and name == "_engine_run_backward" and not sample.active:
+            # DDP all-reduces gradients from autograd hooks; an idle main thread in backward() is
+            # waiting for that reduction (a backward that computes keeps the thread busy).
+            return replace(
+                base, kind="collective", collective="all_reduce", via="DDP gradient sync in backward()"
+            )
+    if any("torch/utils/data/" in f.file for f in frames):
+        return replace(base, kind="data")
+    return replace(base, kind="computing" if sample.active or sample.moving else "waiting")

@@ -1,0 +1,105 @@
+"""What the source says about a line a rank is stuck on: rank-dependent branches, loops, jumps.
+
+Given source text (the probe reads the file; this module never touches the disk).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from triage.core.hang.stacks import LineContext
+
+# Tests that single out some ranks: `if rank == 0`, `dist.get_rank() != 0`, `is_main_process`, ...
+RANK_TEST = re.compile(
+    r"\b(?:local_|global_|node_)?rank\b|get_rank\(|is_main|is_master|main_process|is_global_zero|"
+    r"is_local_zero|rank_zero|is_rank_0|is_first_rank|is_last_rank",
+    re.IGNORECASE,
+)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _span(node: ast.AST) -> tuple[int, int]:
+    start = getattr(node, "lineno", 0)
+    return start, getattr(node, "end_lineno", None) or start
+
+
+def _contains(node: ast.AST, line: int) -> bool:
+    start, end = _span(node)
+    return start <= line <= end
+
+
+def _chain(tree: ast.AST, line: int) -> list[ast.AST]:
+    """The nodes enclosing `line`, outermost first."""
+    chain: list[ast.AST] = []
+    node: ast.AST = tree
+    while True:
+        inner = next(
+            (
+                c
+                for c in ast.iter_child_nodes(node)
+                if isinstance(c, ast.stmt | ast.excepthandler) and _contains(c, line)
+            ),
+            None,
+        )
+        if inner is None:
+            return chain
+        chain.append(inner)
+        node = inner
+
+
+def _in_body(if_node: ast.If, line: int) -> bool:
+    """True when `line` is in the branch the test selects (body or orelse, not the test itself)."""
+    return any(_contains(stmt, line) for stmt in [*if_node.body, *if_node.orelse])
+
+
+def _jumps(loop: ast.AST) -> tuple[tuple[int, str], ...]:
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, guarded: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (*_FUNCTIONS, *_LOOPS)):
+                continue  # a jump in a nested loop or function does not leave this loop
+            now = guarded or isinstance(child, ast.If | ast.excepthandler)
+            if now and isinstance(child, ast.Continue | ast.Break | ast.Return):
+                kind = type(child).__name__.lower()
+                found.append((child.lineno, kind))
+            visit(child, now)
+
+    visit(loop, False)
+    return tuple(sorted(found))
+
+
+def line_context(source: str, line: int) -> LineContext:
+    """The context of `line` in `source`; an empty context when the source does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return LineContext()
+    lines = source.splitlines()
+    code = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    chain = _chain(tree, line)
+    function = next((n.name for n in reversed(chain) if isinstance(n, _FUNCTIONS)), "<module>")
+    condition = None
+    for node in reversed(chain):
+        if isinstance(node, _FUNCTIONS):
+            break
+        if isinstance(node, ast.If) and _in_body(node, line):
+            test = ast.get_source_segment(source, node.test) or ""
+            if RANK_TEST.search(test):
+                condition = (node.lineno, test)
+                break
+    loop_node = next((n for n in reversed(chain) if isinstance(n, _LOOPS)), None)
+    # A loop outside the current function does not count: the frame's own loop decides.
+    if loop_node is not None:
+        index = chain.index(loop_node)
+        if any(isinstance(n, _FUNCTIONS) for n in chain[index + 1 :]):
+            loop_node = None
+    return LineContext(
+        function=function,
+        code=code,
+        rank_condition=condition,
+        loop=_span(loop_node) if loop_node is not None else None,
+        jumps=_jumps(loop_node) if loop_node is not None else (),
+    )

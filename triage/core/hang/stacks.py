@@ -1,0 +1,51 @@
+"""The data a hang probe hands to the core: one sample of every rank's Python stack."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One Python frame, innermost first in a stack."""
+
+    function: str
+    file: str
+    line: int
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class LineContext:
+    """What the source around a user frame says (computed where the file can be read).
+
+    `rank_condition` is the test of an enclosing `if` that depends on the rank (text and line);
+    `loop` is the span of the innermost enclosing loop; `jumps` are the lines of `continue`,
+    `break` or `return` statements inside that loop that sit under an `if` or an `except` (ways for
+    one rank to skip the rest of an iteration).
+    """
+
+    function: str = ""
+    code: str = ""
+    rank_condition: tuple[int, str] | None = None
+    loop: tuple[int, int] | None = None
+    jumps: tuple[tuple[int, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class RankSample:
+    """A rank's process as the probe saw it: identity, main-thread stack (innermost first)."""
+
+    pid: int
+    host: str
+    rank: int | None
+    local_rank: int | None = None
+    world_size: int | None = None
+    local_world_size: int | None = None
+    frames: tuple[Frame, ...] = ()
+    active: bool = False  # the thread was running (not waiting) when sampled
+    moving: bool = False  # two samples differed: the rank is making progress
+    error: str = ""  # why the stack could not be read
+    contexts: dict[str, LineContext] = field(default_factory=dict)  # "file:line" -> context

@@ -1,0 +1,131 @@
+"""Reproductions that really hang: real torch jobs on CPU/gloo that freeze the way users see it.
+
+Each runs under torchrun with a long collective timeout, so it stays frozen while `triage hang`
+looks at it; `hung_job` starts one, waits until every rank is stuck, and ends every process it
+started on the way out (by the token in their environment), whatever happens in between.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from triage.repro import HERE
+from triage.repro.runner import _SCRUB, TOKEN_VAR, end_processes, free_port, processes_with_token
+
+MARKER = "# the suspect stops here"
+
+
+@dataclass(frozen=True)
+class HangScenario:
+    id: str
+    title: str
+    script: str
+    expect: str  # the entry `triage hang` must name first
+    suspects: tuple[int, ...]
+    nproc: int = 2
+
+    @property
+    def path(self) -> str:
+        return str(HERE / self.script)
+
+    def suspect_line(self) -> int:
+        """The line the suspect ranks stop at, marked in the script."""
+        with open(self.path, encoding="utf-8") as handle:
+            for number, text in enumerate(handle, 1):
+                if MARKER in text:
+                    return number
+        raise LookupError(f"{self.script} has no `{MARKER}` marker")
+
+
+HANGS: tuple[HangScenario, ...] = (
+    HangScenario(
+        "D21", "a barrier inside `if rank == 0:` while rank 1 trains on", "hang_rank0_barrier.py", "D21", (0,)
+    ),
+    HangScenario(
+        "D9", "DDP with fewer batches on rank 0: it waits past its loop", "hang_uneven.py", "D9", (0,)
+    ),
+    HangScenario(
+        "MN3", "rank 1 stuck reading a sample while rank 0 waits", "hang_dataloader.py", "MN3", (1,)
+    ),
+    HangScenario(
+        "D19", "rank 2 issues its collectives in another order", "hang_order.py", "D19", (2,), nproc=3
+    ),
+    HangScenario(
+        "D19-skip",
+        "rank 1 catches an exception and skips the barrier",
+        "hang_caught_exception.py",
+        "D19",
+        (1,),
+    ),
+)
+
+
+@dataclass
+class HungJob:
+    launcher_pid: int
+    token: str
+    port: int
+
+
+def _rank_cpu(token: str) -> dict[int, int]:
+    """CPU ticks used so far by each rank process of the job (those with LOCAL_RANK set)."""
+    used = {}
+    for pid in processes_with_token(token):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                if b"\0LOCAL_RANK=" not in b"\0" + handle.read():
+                    continue
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[-1].split()
+            used[pid] = int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return used
+
+
+@contextmanager
+def hung_job(
+    scenario: HangScenario, quiet_s: float = 1.5, start_timeout_s: float = 120.0
+) -> Iterator[HungJob]:
+    """Start `scenario`, wait until every rank has used no CPU for `quiet_s` (frozen), yield it."""
+    token = uuid.uuid4().hex
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env.update(
+        {TOKEN_VAR: token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore"}
+    )
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={scenario.nproc}",
+        "--master-addr=127.0.0.1", f"--master-port={port}", scenario.path,
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        before: dict[int, int] = {}
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{scenario.script} exited ({proc.returncode}) before it hung")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{scenario.script}: no hang within {start_timeout_s:g} s")
+            time.sleep(quiet_s)
+            now = _rank_cpu(token)
+            if len(now) >= scenario.nproc and now == before:
+                break
+            before = now
+        yield HungJob(proc.pid, token, port)
+    finally:
+        end_processes(token)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
