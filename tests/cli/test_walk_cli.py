@@ -114,7 +114,7 @@ def test_bad_answers_are_one_line_errors(run_cli: Run) -> None:
     cases = {
         ("--answer", "nowhere=1"): "'nowhere' is not a node of the decision graph",
         ("--answer", "what_do_you_see"): "expected NODE=OPTION",
-        ("--answer", "what_do_you_see=99"): "has options 1-13, not 99",
+        ("--answer", "what_do_you_see=99"): "has options 1-14, not 99",
         ("--answer", "port_probe=maybe"): "has no branch for 'maybe'",
     }
     for args, message in cases.items():

@@ -66,9 +66,9 @@ PATHS = {
         ["1", "5", "2"], "D18", {}, ["configs"], ["fallback"]
     ),
     "multi-node, NCCL_SOCKET_IFNAME names no interface": Path(
-        ["end", "up", "up", "enter", "3"], "MN2", {"net": NIC_BAD}, ["net"], ["fact"]
+        ["end", "up", "up", "up", "enter", "3"], "MN2", {"net": NIC_BAD}, ["net"], ["fact"]
     ),
-    "segfault, picked with arrows and Enter": Path(["end", "up", "enter", "down", "down", "enter"], "P6"),
+    "segfault, picked with arrows and Enter": Path(["end", "up", "up", "enter", "down", "down", "enter"], "P6"),
 }
 
 

@@ -80,16 +80,22 @@ def signature_has_examples(ctx: Context) -> Iterator[Finding]:
 @rule(
     "KB019",
     "examples-match",
-    finds="an example line that its signature's pattern does not match",
-    why="the pattern and the output it was written from disagree, so the line users paste would be missed",
-    fix="correct the pattern (or the example, if it was not copied exactly from real output)",
+    finds="a signature whose `examples` include a line its pattern does not match",
+    why="the examples are the real lines the signature was written for; one that no longer matches "
+    "means the pattern (or the pasted line) is wrong, and `triage log` would miss that failure",
+    fix="correct the pattern so it matches the real line (or paste the line verbatim from the thread or log)",
 )
 def examples_match(ctx: Context) -> Iterator[Finding]:
     for src, _, index, signature in signatures(ctx):
         regex = compiled(signature)
         if regex is None:
-            continue
+            continue  # regex-compiles reports it
         for number, example in enumerate(signature.examples):
             if not regex.search(example):
-                line = ctx.line(src, "signatures", index, "examples")
-                yield Finding(src, line, f"signatures[{index}].examples[{number}]", "is not matched by the pattern")
+                line = ctx.line(src, "signatures", index, "examples", number)
+                yield Finding(
+                    src,
+                    line,
+                    f"signatures[{index}].examples[{number}]",
+                    f"the pattern does not match this example: {example[:120]!r}",
+                )
