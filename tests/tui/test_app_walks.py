@@ -68,7 +68,9 @@ PATHS = {
     "multi-node, NCCL_SOCKET_IFNAME names no interface": Path(
         ["end", "up", "up", "up", "enter", "3"], "MN2", {"net": NIC_BAD}, ["net"], ["fact"]
     ),
-    "segfault, picked with arrows and Enter": Path(["end", "up", "up", "enter", "down", "down", "enter"], "P6"),
+    "segfault, picked with arrows and Enter": Path(
+        ["end", "up", "up", "enter", "down", "down", "enter"], "P6"
+    ),
 }
 
 

@@ -32,7 +32,14 @@ def read(name: str) -> tuple[str, str]:
 
 
 def test_one_name_per_collective() -> None:
-    names = ["all_reduce", "allreduce", "ALLREDUCE", "_ALLREDUCE_BASE", "all_gather_into_tensor", "_REDUCE_SCATTER_BASE"]
+    names = [
+        "all_reduce",
+        "allreduce",
+        "ALLREDUCE",
+        "_ALLREDUCE_BASE",
+        "all_gather_into_tensor",
+        "_REDUCE_SCATTER_BASE",
+    ]
     assert [canonical_collective(n) for n in names] == [
         "all_reduce",
         "all_reduce",
@@ -95,7 +102,7 @@ def test_nccl_warn_and_last_error_lines_become_events(kb: KnowledgeBase) -> None
         "[rank0]: socketPollConnect: connect returned Connection refused, exceeded error retry count (35)\n"
         "host1:2049:2049 [1] misc/socket.cc:584 NCCL WARN unknown-thing happened on the proxy\n"
     )
-    scanner, verdict = scan(kb, ("x.log", text))
+    scanner, _ = scan(kb, ("x.log", text))
     kinds = {(e.kind, e.rank) for e in scanner.scan.events}
     assert ("detail", 0) in kinds
     assert ("warn", 1) in kinds
@@ -116,6 +123,7 @@ def test_grep_and_python_engines_read_the_line_after_last_error(kb: KnowledgeBas
     grep = Scanner(signatures)
     with path.open("rb") as stream:
         scan_grep(grep, grep.source(name), name, stream, 1 << 20, signatures.anchors)
+
     def seen(s: Scanner) -> list[tuple[int, str, str]]:
         return [(e.line, e.kind, e.entry_id) for e in s.scan.events]
 

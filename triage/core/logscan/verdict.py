@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from triage.core.logscan.rules import consequences, inferred, is_context, is_launcher, substantive
+from triage.core.logscan.rules import consequences, inferred, is_context, is_launcher, substantive, warning
 from triage.core.logscan.scanner import OWN_ERROR_KINDS, SIGTERM_EXIT, Event, Scan
 from triage.core.model import KnowledgeBase
 
@@ -104,13 +104,13 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
     ordered, ordered_by = order_events(scan)
     events = consequences(ordered)
     own_lines: set[int | None] = {e.rank for e in events if not is_launcher(e) and e.rank is not None}
-    real = [e for e in events if substantive(e, own_lines)]
+    real = [e for e in events if substantive(e, own_lines)] or [e for e in events if warning(e)]
     echoes = [e for e in events if e.echo]
     hints = [e for e in events if e.real and e.kind != "exit"]
     # With only echoes, the first one that names its rank says who was waiting.
     ranked_echoes = [e for e in echoes if e.rank is not None] or echoes
     first = real[0] if real else (ranked_echoes[0] if echoes else (hints[0] if hints else None))
-    first = _with_rank(first, events)
+    first = _with_rank(first, events, scan)
 
     waiting, suspects = _rank_roles(events, first)
     diagnoses = _score(events, first, kb, ECHO_FACTOR if real else 1.0)
@@ -151,11 +151,14 @@ def _closest(verdict: Verdict, hits: list[tuple[str, float]]) -> list[tuple[str,
     return [(entry_id, score, why) for entry_id, (score, why) in ranked]
 
 
-def _with_rank(first: Event | None, events: list[Event]) -> Event | None:
+def _with_rank(first: Event | None, events: list[Event], scan: Scan) -> Event | None:
     """A first failure printed without a rank takes the rank of a later line that repeats it
-    (`CUDA error: ...` printed bare, then by the rank's watchdog as `[Rank 1] ... CUDA error: ...`)."""
+    (`CUDA error: ...` printed bare, then by the rank's watchdog as `[Rank 1] ... CUDA error: ...`),
+    or the only rank the log names at all."""
     if first is None or first.rank is not None:
         return first
+    if len(scan.ranks_seen) == 1:
+        return _replace_rank(first, next(iter(scan.ranks_seen)))
     message = first.text.split(": ", 1)[-1].strip()
     for event in events:
         if event.rank is None or event is first or event.kind == "exit":

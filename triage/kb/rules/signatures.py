@@ -74,7 +74,12 @@ def signature_has_examples(ctx: Context) -> Iterator[Finding]:
     for src, _, index, signature in signatures(ctx):
         if compiled(signature) is not None and not signature.examples:
             line = ctx.line(src, "signatures", index, "pattern")
-            yield Finding(src, line, f"signatures[{index}].examples", "is missing: the signature has no real example line")
+            yield Finding(
+                src,
+                line,
+                f"signatures[{index}].examples",
+                "is missing: the signature has no real example line",
+            )
 
 
 @rule(
