@@ -92,12 +92,7 @@ def collect_nvml(nvml: ModuleType) -> Snapshot:
     nvml_error = _nvml_error(nvml)
     nvml.nvmlInit()
     try:
-        driver = _text(nvml.nvmlSystemGetDriverVersion())
-        try:
-            cuda = int(nvml.nvmlSystemGetCudaDriverVersion())
-            cuda_driver = f"{cuda // 1000}.{cuda % 1000 // 10}"
-        except nvml_error:
-            cuda_driver = ""
+        driver, cuda_driver = driver_versions(nvml)
         gpus = [_read_gpu(nvml, nvml_error, index) for index in range(int(nvml.nvmlDeviceGetCount()))]
     finally:
         with contextlib.suppress(nvml_error):
@@ -106,6 +101,16 @@ def collect_nvml(nvml: ModuleType) -> Snapshot:
     for gpu in gpus:
         lines.append(_describe(gpu))
     return Snapshot("nvml", gpus, driver, cuda_driver, [evidence("pynvml (NVML)", "\n".join(lines))])
+
+
+def driver_versions(nvml: ModuleType) -> tuple[str, str]:
+    """(driver version, the CUDA version the driver supports or "") from an initialised NVML."""
+    driver = _text(nvml.nvmlSystemGetDriverVersion())
+    try:
+        cuda = int(nvml.nvmlSystemGetCudaDriverVersion())
+    except _nvml_error(nvml):
+        return driver, ""
+    return driver, f"{cuda // 1000}.{cuda % 1000 // 10}"
 
 
 def _read_gpu(nvml: ModuleType, nvml_error: type[BaseException], index: int) -> Gpu:
@@ -425,18 +430,8 @@ def gpu_count() -> int:
 
 
 def inventory() -> dict[str, object]:
-    """GPU names and driver for the dist mini-test's per-rank report (cheap; empty without NVML)."""
-    try:
-        nvml = import_pynvml()
-        nvml.nvmlInit()
-    except Exception:
-        return {"gpus": [], "driver": ""}
-    try:
-        count = int(nvml.nvmlDeviceGetCount())
-        names = [_text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)]
-        return {"gpus": names, "driver": _text(nvml.nvmlSystemGetDriverVersion())}
-    except Exception:
-        return {"gpus": [], "driver": ""}
-    finally:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
+    """GPU names and driver for the dist mini-test's per-rank report (empty without NVML)."""
+    from probes.inventory import nvml_inventory  # that module builds on this one
+
+    driver, _, names, _ = nvml_inventory()
+    return {"gpus": list(names), "driver": driver}

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from probes import launchers
+
 LAUNCHER_MARKS = (
     "torchrun",
     "torch.distributed.run",
@@ -19,10 +21,10 @@ LAUNCHER_MARKS = (
     "deepspeed",
     "srun",
 )
-RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
-LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
-WORLD_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
-LOCAL_WORLD_VARS = ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE")
+RANK_VARS = launchers.RANK
+LOCAL_RANK_VARS = launchers.LOCAL_RANK
+WORLD_VARS = launchers.WORLD_SIZE
+LOCAL_WORLD_VARS = launchers.LOCAL_WORLD_SIZE
 
 
 @dataclass(frozen=True)
@@ -34,12 +36,7 @@ class Proc:
     readable: bool = True  # False when the environment is another user's (not ours to read)
 
     def first(self, names: tuple[str, ...]) -> int | None:
-        for name in names:
-            value = self.env.get(name, "")
-            head = value.split("(")[0].split(",")[0]
-            if head.isdigit():
-                return int(head)
-        return None
+        return launchers.first_int(self.env, names)
 
     @property
     def rank(self) -> int | None:
@@ -91,6 +88,19 @@ def read_proc(pid: int) -> Proc | None:
             env[key.decode(errors="replace")] = value.decode(errors="replace")
     argv = tuple(a.decode(errors="replace") for a in cmdline.split(b"\0") if a)
     return Proc(pid, int(fields[1]), argv, env)
+
+
+def started_at(pid: int) -> float | None:
+    """When the process started, in seconds since the epoch (from /proc/PID/stat and the boot time)."""
+    stat, boot = _read(f"/proc/{pid}/stat"), _read("/proc/stat")
+    if not stat or not boot:
+        return None
+    fields = stat.rsplit(b")", 1)[-1].split()
+    btime = next((line.split()[1] for line in boot.splitlines() if line.startswith(b"btime ")), b"")
+    try:
+        return int(btime) + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (ValueError, IndexError, OSError):
+        return None
 
 
 def all_procs() -> dict[int, Proc]:

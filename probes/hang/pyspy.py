@@ -29,9 +29,23 @@ class Dump:
     active: bool
 
 
+OVERRIDE_VAR = "TRIAGE_PY_SPY"  # a py-spy to use instead of the one beside python or on PATH
+
+
 def pyspy_binary() -> str | None:
+    override = os.environ.get(OVERRIDE_VAR)
+    if override:
+        return override if os.access(override, os.X_OK) else None
     beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
     return beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
+
+
+def missing_message() -> str:
+    """Why there is no py-spy to run, and what to do."""
+    override = os.environ.get(OVERRIDE_VAR)
+    if override:
+        return f"{OVERRIDE_VAR}={override} is not an executable py-spy, so no stack can be read"
+    return "py-spy is not installed, so no stack can be read (pip install py-spy)"
 
 
 def _ptrace_scope() -> str:
@@ -62,7 +76,7 @@ def _main_thread(threads: list[dict[str, object]], pid: int) -> dict[str, object
 def dump(pid: int, timeout_s: float, nonblocking: bool = True) -> Dump:
     binary = pyspy_binary()
     if binary is None:
-        raise StackUnreadable("py-spy is not installed (pip install py-spy)")
+        raise StackUnreadable(missing_message())
     command = [binary, "dump", "--json", "--pid", str(pid)]
     if nonblocking:
         command.append("--nonblocking")

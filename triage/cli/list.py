@@ -6,7 +6,7 @@ import argparse
 
 from triage.core.exitcodes import Exit
 
-HELP = "list the entries by section"
+HELP = "every entry by section; [verify] marks science changes"
 DESCRIPTION = (
     "List every knowledge-base entry by section; entries whose fix needs experiment verification are marked."
 )

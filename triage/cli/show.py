@@ -6,7 +6,7 @@ import argparse
 
 from triage.core.exitcodes import Exit
 
-HELP = "show one entry (e.g. triage show D9)"
+HELP = "one entry in full (triage show D9)"
 DESCRIPTION = (
     "Print one knowledge-base entry: symptoms, why it happens, the fix and whether it needs verification."
 )

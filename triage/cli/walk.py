@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from triage.core.model import Entry, ProbeNode, QuestionNode
     from triage.core.session import Session
 
-HELP = "walk the questions without the app (plain prompts; --answer NODE=N for scripts)"
+HELP = "the questions as plain prompts (--answer for scripts)"
 DESCRIPTION = (
     "Walk triage's decision graph with plain prompts on stdin/stdout. Answer with an option's number, its "
     'label, ? for "I don\'t know", b to go back, an entry id (e.g. D3) to jump there, or your own words. '
@@ -39,16 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="answer a question (1-based number, label or ?) or force a probe node's value; repeatable",
     )
     parser.add_argument("--json", action="store_true", help="print the leaf, trail and probe results as JSON")
-    parser.add_argument("--no-probes", action="store_true", help="never probe this machine; ask instead")
-    parser.add_argument(
-        "--probe-timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="limit for each probe (default 30)",
-    )
-    parser.add_argument("--accelerate-config", metavar="PATH", help="the Accelerate config file to inspect")
-    parser.add_argument("--deepspeed-config", metavar="PATH", help="the DeepSpeed JSON to inspect")
+    from probes.options import add_probe_arguments
+
+    add_probe_arguments(parser)
 
 
 def parse_answers(raw: list[str], session: Session) -> dict[str, str]:
@@ -78,22 +71,17 @@ def parse_answers(raw: list[str], session: Session) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from probes.options import probe_options
     from probes.runners import NoProbes, default_runner
-    from triage.core.facts import ProbeOptions
     from triage.core.session import Session
     from triage.kb.loader import load_kb
 
-    if args.probe_timeout <= 0:
-        raise UserError("--probe-timeout must be a positive number of seconds")
+    options = probe_options(args)
     session = Session(load_kb())
+    session.skip_probes(options.missing_inputs())
     session.answers.update(parse_answers(args.answer, session))
     session.position  # noqa: B018 (validates the given answers now, before any prompt)
     runner = NoProbes("probes switched off (--no-probes)") if args.no_probes else default_runner()
-    options = ProbeOptions(
-        timeout_s=args.probe_timeout,
-        accelerate_config=args.accelerate_config,
-        deepspeed_config=args.deepspeed_config,
-    )
     out = sys.stderr if args.json else sys.stdout
     walker = PlainWalk(session, runner, options, out, interactive=sys.stdin.isatty())
     entry = walker.walk()
@@ -263,6 +251,7 @@ def walk_json(session: Session, entry: Entry, *, jumped: bool) -> dict[str, Any]
         "trail": [
             {"node": s.node, "prompt": s.prompt, "answer": s.answer, "target": s.target, "via": s.via}
             for s in position.trail
+            if not session.skipped_step(s)
         ],
         "answers": dict(session.answers),
         "probes": [

@@ -69,31 +69,10 @@ class _Doc(NamedTuple):
     signatures: list[_Signature]
 
 
-def required_literal(pattern: str) -> str | None:
-    """The longest run of plain characters every match of `pattern` must contain, lower-cased.
-
-    Found from the parsed pattern's top-level sequence; None when there is no run of 3 or more
-    (a top-level alternation, say), in which case the regex is always tried."""
-    import re._parser as parser  # type: ignore[import-not-found]  # the stdlib parser (3.11+)
-
-    try:
-        items = list(parser.parse(pattern, re.IGNORECASE))
-    except re.error:
-        return None
-    best = ""
-    run: list[str] = []
-    for op, arg in [*items, (None, None)]:
-        if op == parser.LITERAL and isinstance(arg, int):
-            run.append(chr(arg))
-            continue
-        if len(run) > len(best):
-            best = "".join(run)
-        run = []
-    return best.lower() if len(best) >= 3 else None
-
-
 def build_index_data(kb: KnowledgeBase) -> dict[str, object]:
     """The query-independent part of matching, as JSON-ready data (stored in compiled.json)."""
+    from triage.core.regex_literals import required_literal
+
     normalizer = Normalizer(kb.vocabulary)
     docs: dict[str, object] = {}
     df: Counter[str] = Counter()

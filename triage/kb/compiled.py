@@ -78,11 +78,17 @@ def to_json(kb: KnowledgeBase, fingerprint: str) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), sort_keys=False) + "\n"
 
 
+MAX_COMPILED_BYTES = 64 << 20
+
+
 def read(path: str) -> dict[str, Any] | None:
+    """The compiled knowledge, or None when it is missing, unreadable or not ours (then the YAML
+    sources are used, and `kb check` says why)."""
+    from triage.kb.fingerprint import read_source
+
     try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read())
-    except (OSError, ValueError):
+        data = json.loads(read_source(path, MAX_COMPILED_BYTES))
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and data.get("format") == FORMAT else None
 

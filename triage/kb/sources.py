@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triage.core.errors import UserError
-from triage.kb.fingerprint import COMPILED_NAME, fingerprint, source_files
+from triage.core.errors import UserError, shown
+from triage.kb.fingerprint import COMPILED_NAME, fingerprint, read_source, source_files
 
 __all__ = ["COMPILED_NAME", "SourceFile", "Sources", "fingerprint", "read_sources", "source_paths"]
 
@@ -49,12 +49,12 @@ def read_sources(root: Path) -> Sources:
     from triage.kb import yaml_lines
 
     if not root.is_dir():
-        raise UserError(f"knowledge directory not found: {root}")
+        raise UserError(f"knowledge directory not found: {shown(str(root))}")
     sources = Sources(root=root)
     for path in source_paths(root):
         item = SourceFile(path=path, rel=_display(path, root))
         try:
-            item.text = path.read_bytes().decode("utf-8")
+            item.text = read_source(path).decode("utf-8")
         except FileNotFoundError:
             item.error = "file is missing"
         except UnicodeDecodeError as exc:

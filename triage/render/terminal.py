@@ -142,12 +142,7 @@ def heading(text: str, style: Style) -> str:
     return style.paint(text, BOLD, UNDERLINE) if style.color else text
 
 
-def banner(needed: bool, text: str, style: Style) -> list[str]:
+def banner(needed: bool, title: str, text: str, style: Style) -> list[str]:
     """The verification note, impossible to miss when the fix changes the science of the run."""
-    if needed:
-        title = "!! NEEDS EXPERIMENT VERIFICATION: this fix changes the science of the run"
-        painted = style.paint(title, BOLD, YELLOW)
-    else:
-        title = "No experiment re-verification needed"
-        painted = style.paint(title, GREEN)
+    painted = style.paint(f"!! {title}", BOLD, YELLOW) if needed else style.paint(title, GREEN)
     return [painted, *_wrap(text, style.width, "   ")]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from triage.core.exitcodes import Exit
 
-HELP = "build the knowledge base as a static HTML site, or as Markdown for MkDocs/Sphinx"
+HELP = "the knowledge base as a static site or Markdown pages"
 DESCRIPTION = (
     "build: render every entry, the index and the decision graph into --out. html (default) is a "
     "self-contained site with search that works from file:// or any static host; markdown writes .md "

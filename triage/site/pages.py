@@ -15,14 +15,13 @@ from triage.core.model import Entry, KnowledgeBase, ProbeNode
 from triage.render.document import (
     GRAPH_TITLE,
     HTML_LINKS,
-    NO_VERIFY_LABEL,
     OUT_OF_SCOPE_LABEL,
-    VERIFY_BADGE,
     entry_sections,
     graph_sections,
     md_inline,
     slugify,
 )
+from triage.render.verify import NO_VERIFY_LABEL, VERIFY_BADGE
 from triage.site.markdown_html import MarkdownHtml
 
 SITE_TITLE = "triage knowledge base"
@@ -64,6 +63,7 @@ def layout(title: str, main: str, *, current: str = "", description: str = "") -
 <nav aria-label="Site">
 {nav_link("index.html", "Entries", "index")}
 {nav_link("graph.html", GRAPH_TITLE, "graph")}
+{nav_link("lint.html", "Lint rules", "lint")}
 </nav>
 <form class="search" id="search" role="search" action="index.html" method="get">
 <label for="search-input" class="visually-hidden">Search the knowledge base</label>
