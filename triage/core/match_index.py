@@ -21,7 +21,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
-from triage.core.model import Entry, KnowledgeBase
+from triage.core.model import Entry, KnowledgeBase, Signature
 from triage.core.text import COLLECTIVES, PAIR, Normalizer, identifiers, pairs, stem
 
 Zipf = Callable[[str], float]  # a word's Zipf frequency in English (log10 per billion words; 0 = unseen)
@@ -58,7 +58,7 @@ def field_texts(entry: Entry) -> list[tuple[str, str]]:
     texts += [("symptoms", s) for s in entry.symptoms]
     for sig in entry.signatures:
         texts.append(("signatures", _literal_text(sig.pattern)))
-        texts += [("signatures", t) for t in getattr(sig, "examples", ()) or ()]
+        texts += [("signatures", t) for t in sig.examples]
     texts += [("root_cause", entry.root_cause), ("fix", entry.fix)]
     return texts
 
@@ -146,19 +146,21 @@ def build_index_data(
         "weights": weight,
         "strengths": strengths,
         "phrases": phrases,
-        "signatures": {
-            e.id: [[s.pattern, s.weight, s.echo, anchors(s.pattern)] for s in e.signatures]
-            for e in kb.entries.values()
-        },
+        "signatures": {e.id: [_signature_data(s) for s in e.signatures] for e in kb.entries.values()},
         "confidence": dict(confidence) if confidence else None,
     }
 
 
-def anchors(pattern: str) -> list[str]:
-    """Lower-case literals of which every match of `pattern` contains at least one; [] = always try."""
+def _signature_data(signature: Signature) -> list[object]:
+    """[pattern, weight, echo, anchors, the pattern with its repeats bounded, its reach]: a match
+    contains one of the anchors (lower case; [] = always try), and a long text is searched only in
+    windows of `reach` characters around them (triage.core.safe_regex)."""
     from triage.core.regex_literals import best_requirement
+    from triage.core.safe_regex import bounded, reach
 
-    return list(best_requirement(pattern))
+    safe = bounded(signature.pattern)
+    anchors = list(best_requirement(signature.pattern))
+    return [signature.pattern, signature.weight, signature.echo, anchors, safe, reach(safe)]
 
 
 def compact_index(full: dict[str, object]) -> dict[str, object]:

@@ -2,7 +2,8 @@
 
 Three signals per entry, from the compiled index (triage.core.match_index):
 - signatures: an entry's regexes found in the text (pasted errors are the strongest evidence); a
-  regex is compiled only when the literal text every match must contain is in the query;
+  regex is compiled only when the literal text every match must contain is in the query, and its
+  repeats are bounded and a long text searched in windows around that literal (safe_regex);
 - coverage: the weight of the query's terms that the entry carries, over the weight of all the
   query's terms the knowledge knows (plus a prior, so two vague words cannot explain everything);
   a word the knowledge has never seen is neutral, neither for nor against;
@@ -23,6 +24,7 @@ from typing import Literal, NamedTuple
 
 from triage.core.match_index import FORMAT, build_index_data, compact_index
 from triage.core.model import Entry, KnowledgeBase, QuestionNode
+from triage.core.safe_regex import windows
 from triage.core.separate import Question, separating_question
 from triage.core.text import PAIR, Normalizer, foreign_share, pairs
 
@@ -58,6 +60,8 @@ class Confidence(NamedTuple):
 
 
 class Hit(NamedTuple):
+    """An entry ranked for a query: its probability of being right, why, and its evidence."""
+
     entry: Entry
     score: float  # the probability that this entry is the right one (rounded to 3 places)
     reasons: tuple[str, ...] = ()
@@ -71,6 +75,8 @@ class Hit(NamedTuple):
 
 
 class Match(NamedTuple):
+    """A query's verdict, its ranked hits and, when the best two are close, what separates them."""
+
     query: str
     verdict: Verdict
     hits: tuple[Hit, ...]
@@ -86,6 +92,8 @@ class _Signature(NamedTuple):
     weight: float
     echo: bool
     anchors: tuple[str, ...]  # a match contains one of these (lower case); () = always try
+    safe: str  # the pattern with its repeats bounded (safe_regex.bounded): what is searched
+    reach: int  # how far a match extends around an anchor (the windows of a long text)
 
 
 class Index:
@@ -107,7 +115,10 @@ class Index:
         raw_signatures = data["signatures"]
         assert isinstance(raw_phrases, dict) and isinstance(raw_signatures, dict)
         self.phrases = [[(float(w), frozenset(p.split())) for w, p in raw_phrases[i]] for i in ids]
-        self.signatures = [[_Signature(p, w, e, tuple(a)) for p, w, e, a in raw_signatures[i]] for i in ids]
+        self.signatures = [
+            [_Signature(p, w, e, tuple(a), safe, span) for p, w, e, a, safe, span in raw_signatures[i]]
+            for i in ids
+        ]
         conf = data.get("confidence")
         self.confidence = Confidence(**conf) if isinstance(conf, dict) else Confidence()
         self._regex: dict[str, re.Pattern[str] | None] = {}
@@ -173,6 +184,7 @@ _INDEXES: dict[int, Index] = {}
 
 
 def index_for(kb: KnowledgeBase) -> Index:
+    """The matcher's index for a knowledge base (built once, then cached)."""
     cached = _INDEXES.get(id(kb))
     if cached is None or cached.kb is not kb:
         cached = Index(kb)
@@ -214,8 +226,11 @@ def _signature_score(index: Index, position: int, text: str, lowered: str) -> tu
     for sig in index.signatures[position]:
         if sig.anchors and not any(a in lowered for a in sig.anchors):
             continue
-        regex = index.regex(sig.pattern)
-        m = regex.search(text) if regex is not None else None
+        regex = index.regex(sig.safe)
+        if regex is None:
+            continue
+        parts = windows(text, lowered, sig.anchors, sig.reach)
+        m = next((hit for part in parts if (hit := regex.search(part)) is not None), None)
         if m is None:
             continue
         found += 1

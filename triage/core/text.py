@@ -159,6 +159,7 @@ def _term(word: str) -> tuple[str, bool]:
 
 
 def sequence(text: str) -> list[tuple[str, bool]]:
+    """(term, keep) for every word of `text`: steps 1 to 3, before the vocabulary."""
     return [_term(w) for w in raw_words(text)]
 
 

@@ -38,6 +38,7 @@ def read_source(path: StrPath, limit: int = MAX_SOURCE_BYTES) -> bytes:
 
 
 def fingerprint(root: StrPath) -> str:
+    """A cheap fingerprint of every source file (CRC-32 and total size)."""
     crc = 0
     total = 0
     optional = [os.path.join(os.fspath(root), n) for n in OPTIONAL_FILES]

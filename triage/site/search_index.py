@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from triage.core import matcher, text
+from triage.core import matcher, safe_regex, text
 from triage.core.model import KnowledgeBase
 
 GLOBAL_NAME = "TRIAGE_SEARCH"
@@ -24,6 +24,7 @@ def _plain(value: str) -> str:
 
 
 def search_data(kb: KnowledgeBase) -> dict[str, object]:
+    """The data the in-browser search ranks with (the matcher's index and constants)."""
     index = matcher.index_for(kb)
     data = index.data
     all_phrases = data["phrases"]
@@ -59,6 +60,8 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
             "leadTerms": matcher.LEAD_TERMS,
             "leadDecay": matcher.LEAD_DECAY,
             "maxChars": matcher.MAX_QUERY_CHARS,
+            "matchChars": safe_regex.MATCH_CHARS,
+            "maxWindows": safe_regex.MAX_WINDOWS,
             "windowGap": text.WINDOW_GAP,
             "confidence": index.confidence._asdict(),
         },
@@ -76,6 +79,7 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
 
 
 def search_script(kb: KnowledgeBase) -> str:
+    """The search data as a JavaScript file."""
     payload = json.dumps(search_data(kb), ensure_ascii=False, separators=(",", ":"))
     # U+2028/2029 are valid in JSON but end a line in older JavaScript engines.
     payload = payload.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")

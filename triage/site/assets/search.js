@@ -172,8 +172,8 @@
     var entries = data.entries.map(function (e, position) {
       var sigs = data.signatures[position].map(function (s) {
         var re = null;
-        try { re = new RegExp(s[0], "im"); } catch (err) { /* Python-only syntax */ }
-        return { re: re, weight: s[1], echo: s[2], anchors: s[3] };
+        try { re = new RegExp(s[4], "im"); } catch (err) { /* Python-only syntax */ }
+        return { re: re, weight: s[1], echo: s[2], anchors: s[3], reach: s[5] };
       });
       return { e: e, sigs: sigs, phrases: e.phrases.map(function (p) { return [p[0], p[1].split(" "), p[2]]; }) };
     });
@@ -197,6 +197,32 @@
       if (fixed && fp) terms.set(fixed, Math.max(terms.has(fixed) ? terms.get(fixed) : 0, fp[0] * m.typoDiscount * lead));
     });
     return terms;
+  }
+
+  // The parts of `text` a signature is searched in (triage/core/safe_regex.py windows): all of a
+  // short text, else windows around the first places its anchors occur, so that no pasted text
+  // can make a regex run for long (the patterns' repeats are bounded too).
+  function windows(text, lowered, anchors, span) {
+    var m = model.m;
+    if (text.length <= m.matchChars) return [text];
+    if (!anchors.length) return [text.slice(0, m.matchChars)];
+    var starts = [], longest = 0;
+    anchors.forEach(function (a) {
+      longest = Math.max(longest, a.length);
+      var p = lowered.indexOf(a);
+      while (p !== -1 && starts.length < m.maxWindows * anchors.length) {
+        starts.push(p);
+        p = lowered.indexOf(a, p + Math.max(1, span));
+      }
+    });
+    starts.sort(function (a, b) { return a - b; });
+    var out = [], covered = -1;
+    starts.slice(0, m.maxWindows).forEach(function (p) {
+      var low = Math.max(covered, p - span, 0), high = p + span + longest;
+      if (high > low) out.push(text.slice(low, high));
+      covered = high;
+    });
+    return out;
   }
 
   function probability(c, score, gap, signature) {
@@ -225,7 +251,7 @@
       var sig = 0, found = 0;
       d.sigs.forEach(function (s) {
         if (s.anchors.length && !s.anchors.some(function (a) { return lowered.indexOf(a) >= 0; })) return;
-        if (!s.re || !s.re.test(text)) return;
+        if (!s.re || !windows(text, lowered, s.anchors, s.reach).some(function (part) { return s.re.test(part); })) return;
         found += 1; sig = Math.max(sig, s.weight * (s.echo ? m.echoFactor : 1));
       });
       if (found > 1) sig = Math.min(1, sig + 0.1 * (found - 1));
