@@ -9,18 +9,23 @@ Command modules import their heavy dependencies inside `run`, keeping `triage as
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import importlib
 import os
 import sys
-from types import ModuleType
-from typing import TextIO
 
 from triage import __version__
 from triage.core.errors import UserError, shown
 from triage.core.exitcodes import Exit
-from triage.core.termination import Terminated, install_signal_handlers
+
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
+if TYPE_CHECKING:
+    from typing import TextIO
+
+if TYPE_CHECKING:
+    import argparse
+    from types import ModuleType, SimpleNamespace
+
+    from triage.core.termination import Terminated
 
 DEFAULT_COMMAND = "tui"  # `triage` with no arguments opens the interactive app when installed
 
@@ -62,18 +67,6 @@ def _command_modules(argv: list[str]) -> dict[str, ModuleType]:
     return {name: importlib.import_module(_module_path(name)) for name in wanted}
 
 
-class _Formatter(argparse.HelpFormatter):
-    """argparse's formatter, given the width itself: the default asks shutil, whose import pulls
-    in the compression modules, on every run (argparse builds formatters while parsing)."""
-
-    def __init__(
-        self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None
-    ) -> None:
-        if width is None:
-            width = terminal_columns() - 2
-        super().__init__(prog, indent_increment, max_help_position, width)
-
-
 def terminal_columns() -> int:
     """COLUMNS when set (as shutil reads it), else the terminal's width, else 100."""
     raw = os.environ.get("COLUMNS", "")
@@ -85,20 +78,37 @@ def terminal_columns() -> int:
         return 100
 
 
-class _RawEpilogFormatter(_Formatter):
-    """Keeps the epilog's line breaks (one example line, one line on completion)."""
+def _formatters() -> tuple[type[argparse.HelpFormatter], type[argparse.HelpFormatter]]:
+    """argparse's formatter, given the width itself (the default asks shutil, whose import pulls in
+    the compression modules, on every run), and one that keeps the epilog's line breaks. Made here,
+    with argparse imported, because `triage ask` does without argparse."""
+    import argparse
 
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        if "\n" in text:
-            return "\n".join(indent + line for line in text.splitlines())
-        return super()._fill_text(text, width, indent)
+    class Formatter(argparse.HelpFormatter):
+        def __init__(
+            self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None
+        ) -> None:
+            if width is None:
+                width = terminal_columns() - 2
+            super().__init__(prog, indent_increment, max_help_position, width)
+
+    class RawEpilogFormatter(Formatter):
+        def _fill_text(self, text: str, width: int, indent: str) -> str:
+            if "\n" in text:
+                return "\n".join(indent + line for line in text.splitlines())
+            return super()._fill_text(text, width, indent)
+
+    return Formatter, RawEpilogFormatter
 
 
 def build_parser(modules: dict[str, ModuleType]) -> argparse.ArgumentParser:
     """The `triage` parser with a subcommand per command module."""
+    import argparse
+
+    formatter, raw_epilog_formatter = _formatters()
     parser = argparse.ArgumentParser(
         prog="triage",
-        formatter_class=_RawEpilogFormatter,
+        formatter_class=raw_epilog_formatter,
         description=(
             "Symptom-to-fix triage for distributed PyTorch jobs (torchrun, DDP, FSDP, DeepSpeed, "
             "Accelerate, NCCL, multi-node). Run with no command for the interactive app."
@@ -129,7 +139,7 @@ def build_parser(modules: dict[str, ModuleType]) -> argparse.ArgumentParser:
             name,
             help=module.HELP,
             description=getattr(module, "DESCRIPTION", module.HELP),
-            formatter_class=_Formatter,
+            formatter_class=formatter,
         )
         module.add_arguments(command)
     return parser
@@ -164,23 +174,63 @@ class _PipeSafeStdout:
     def _silence(self) -> None:
         self.broken = True
         # Point the descriptor at /dev/null so the interpreter's own flush at exit succeeds too.
-        with contextlib.suppress(OSError, ValueError):
+        try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, self._stream.fileno())
             os.close(devnull)
+        except (OSError, ValueError):
+            pass
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._stream, name)
 
 
+def _fast_ask(argv: list[str]) -> SimpleNamespace | None:
+    """`triage [--no-color] [--kb DIR] ask ...` parsed without argparse: `ask` is the path users
+    feel, and importing argparse costs more than its own work. None for every other command line,
+    and for an `ask` line with anything argparse should explain (help, a bad option)."""
+    options: dict[str, str] = {}
+    position = 0
+    while position < len(argv) and argv[position] in ("--no-color", "--kb"):
+        if argv[position] == "--kb":
+            if position + 1 >= len(argv):
+                return None
+            options["kb"] = argv[position + 1]
+            position += 2
+        else:
+            options["no_color"] = "1"
+            position += 1
+    if position >= len(argv) or argv[position] != "ask":
+        return None
+    from triage.cli.ask import parse_fast
+
+    args = parse_fast(argv[position + 1 :])
+    if args is None:
+        return None
+    if "kb" in options:
+        if not options["kb"].strip():
+            raise UserError("--kb: the directory name is empty")
+        os.environ["TRIAGE_KNOWLEDGE"] = options["kb"]
+    if "no_color" in options:
+        os.environ["NO_COLOR"] = "1"
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, run the command, and turn errors into exit codes."""
     debug = bool(os.environ.get("TRIAGE_DEBUG"))
-    install_signal_handlers()  # SIGTERM unwinds like Ctrl-C, so no child is left behind
     if not isinstance(sys.stdout, _PipeSafeStdout) and sys.stdout is not None:
         sys.stdout = _PipeSafeStdout(sys.stdout)
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
+        fast = _fast_ask(argv)
+        if fast is not None:  # `ask` starts no process, so it needs no signal handlers either
+            from triage.cli import ask
+
+            return int(ask.run(fast))
+        from triage.core.termination import install_signal_handlers
+
+        install_signal_handlers()  # SIGTERM unwinds like Ctrl-C, so no child is left behind
         modules = _command_modules(argv)
         parser = build_parser(modules)
         args = parser.parse_args(argv)
@@ -208,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("triage: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
-    except Terminated as exc:
+    except _terminated() as exc:
         print(f"triage: terminated (signal {exc.signum})", file=sys.stderr)
         return 128 + exc.signum
     except BrokenPipeError:
@@ -223,6 +273,13 @@ def main(argv: list[str] | None = None) -> int:
         return Exit.USAGE
     except Exception as exc:
         return _internal(exc, debug)
+
+
+def _terminated() -> type[Terminated]:
+    """The exception a handled SIGTERM raises (imported only when an exception gets this far)."""
+    from triage.core.termination import Terminated
+
+    return Terminated
 
 
 def _internal(exc: Exception, debug: bool) -> int:

@@ -19,7 +19,7 @@ from triage.core.separate import reachable
         "git rebase interactive squash commits",
         "hello",
         "it does not work",
-        "npm install fails with EACCES permission denied",
+        "my react app shows a blank page",
     ],
 )
 def test_off_topic_and_content_free_text_is_not_guessed(kb: KnowledgeBase, text: str) -> None:

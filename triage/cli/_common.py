@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from triage.core.errors import UserError, shown
 from triage.core.model import Entry, KnowledgeBase, to_plain
+
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_STDIN_BYTES = 1_000_000
 

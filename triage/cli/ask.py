@@ -6,10 +6,14 @@ markdown-it, textual or torch import happens here.
 
 from __future__ import annotations
 
-import argparse
 import sys
+from types import SimpleNamespace
 
 from triage.core.exitcodes import Exit
+
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
+if TYPE_CHECKING:
+    import argparse
 
 HELP = "the likely cause and fix for a symptom or pasted error"
 DESCRIPTION = (
@@ -35,7 +39,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+FLAGS = ("--json", "--brief", "--full")
+
+
+def parse_fast(argv: list[str]) -> SimpleNamespace | None:
+    """The arguments of `ask` (what follows the word) without argparse, whose import costs more
+    than the rest of a plain run; None for anything argparse should handle (help, errors, `--`)."""
+    values: dict[str, object] = {"text": [], "top": 4, **{flag[2:]: False for flag in FLAGS}}
+    words: list[str] = []
+    rest = iter(argv)
+    for arg in rest:
+        if arg in FLAGS:
+            values[arg[2:]] = True
+        elif arg == "--top" or arg.startswith("--top="):
+            raw = arg[len("--top=") :] if "=" in arg else next(rest, "")
+            if not raw.isdigit():
+                return None
+            values["top"] = int(raw)
+        elif arg.startswith("-") and arg != "-":
+            return None
+        else:
+            words.append(arg)
+    values["text"] = words
+    return SimpleNamespace(**values)
+
+
+def run(args: argparse.Namespace | SimpleNamespace) -> int:
     """Run the command; returns its exit status."""
     from triage.cli._common import check_argv_text, entry_json, print_lines, read_stdin_text
     from triage.core.errors import UserError
@@ -87,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     return Exit.OK if match.verdict == "match" else Exit.NOT_FOUND
 
 
-def _report(kb: object, match: object, args: argparse.Namespace) -> list[str]:
+def _report(kb: object, match: object, args: argparse.Namespace | SimpleNamespace) -> list[str]:
     import os
 
     from triage.core.matcher import Hit, Match

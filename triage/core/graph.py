@@ -8,11 +8,16 @@ through these functions, so a new kind of exit is added here once.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Literal, NamedTuple
 
 from triage.core.model import Graph, Node, QuestionNode
 
-Way = Literal["option", "unknown", "value", "default", "fallback"]
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
+if TYPE_CHECKING:
+    from typing import Literal, NamedTuple
+
+    Way = Literal["option", "unknown", "value", "default", "fallback"]
+else:
+    from triage.core.records import NamedTuple
 
 
 class Exit(NamedTuple):

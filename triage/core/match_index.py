@@ -21,6 +21,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
+from triage.core.matcher import INDEX_FORMAT
 from triage.core.model import Entry, KnowledgeBase, Signature
 from triage.core.text import COLLECTIVES, PAIR, Normalizer, identifiers, pairs, stem
 
@@ -44,7 +45,6 @@ DOMAIN_SHARE = 0.8  # how much of a term's weight its spread across entries may 
 DOMAIN_OFFSET = 1.0  # the knowledge's prose is about this domain only: its frequencies read this much lower
 DEFAULT_ZIPF = 3.0  # without a background word list every word counts as moderately rare
 PAIR_FACTOR = 1.0  # a pair of adjacent terms weighs this share of its two terms' mean
-FORMAT = 3
 
 
 def _literal_text(pattern: str) -> str:
@@ -142,12 +142,13 @@ def build_index_data(
             first, second = t.split(PAIR)
             weight[t] = round(PAIR_FACTOR * (weight[first] + weight[second]) / 2, 4)
     return {
-        "format": FORMAT,
+        "format": INDEX_FORMAT,
         "weights": weight,
         "strengths": strengths,
         "phrases": phrases,
         "signatures": {e.id: [_signature_data(s) for s in e.signatures] for e in kb.entries.values()},
         "confidence": dict(confidence) if confidence else None,
+        "variants": normalizer.variant_table(),
     }
 
 
@@ -164,24 +165,44 @@ def _signature_data(signature: Signature) -> list[object]:
 
 
 def compact_index(full: dict[str, object]) -> dict[str, object]:
-    """The form stored in compiled.json: an inverted index of posting strings ("weight;doc:strength
-    doc:strength ...") that `ask` decodes only for the query's own terms, and phrasings as term
-    strings. Parsing every entry's term dictionary instead was the largest part of loading."""
+    """The form stored in compiled.json: an inverted index of posting strings that `ask` decodes
+    only for the query's own terms. A term's posting is "weight;entry:strength ...|entry.phrasing
+    ...": the entries that carry it, and the symptom phrasings it is part of (entry position, then
+    the phrasing's number). Phrasings are kept as their weight sums (and their terms, for the docs
+    site's snippets). Parsing every entry's term dictionary instead was most of loading."""
     weights = full["weights"]
     strengths = full["strengths"]
     phrases = full["phrases"]
     assert isinstance(weights, dict) and isinstance(strengths, dict) and isinstance(phrases, dict)
     postings: dict[str, list[str]] = {}
-    for position, per_term in enumerate(strengths.values()):
+    in_phrases: dict[str, list[str]] = {}
+    for position, (entry_id, per_term) in enumerate(strengths.items()):
         for term, value in per_term.items():
             postings.setdefault(term, []).append(f"{position}:{value!r}")
+        for number, phrase in enumerate(phrases[entry_id]):
+            for term in phrase:
+                in_phrases.setdefault(term, []).append(f"{position}.{number}")
     return {
-        "format": FORMAT,
+        "format": INDEX_FORMAT,
         "entries": list(strengths),
-        "postings": {t: f"{weights[t]!r};" + " ".join(items) for t, items in sorted(postings.items())},
-        "phrases": {
-            k: [[round(sum(weights[t] for t in p), 4), " ".join(p)] for p in v] for k, v in phrases.items()
+        "postings": {
+            t: f"{weights[t]!r};" + " ".join(items) + "|" + " ".join(in_phrases.get(t, ()))
+            for t, items in sorted(postings.items())
         },
+        "phrase_weights": {k: [round(sum(weights[t] for t in p), 4) for p in v] for k, v in phrases.items()},
+        "phrases": {k: [" ".join(p) for p in v] for k, v in phrases.items()},  # for the docs site
         "signatures": full["signatures"],
         "confidence": full["confidence"],
+        "variants": full["variants"],
+        "shapes": _shapes(postings),
     }
+
+
+def _shapes(terms: Iterable[str]) -> dict[str, str]:
+    """The terms a misspelt word may be corrected to, by first letter and length ("e5": "epoch
+    error ..."): `ask` looks at a few of them instead of every term of the index."""
+    shapes: dict[str, list[str]] = {}
+    for term in sorted(terms):
+        if len(term) >= 4 and term.isalpha():
+            shapes.setdefault(f"{term[0]}{len(term)}", []).append(term)
+    return {shape: " ".join(found) for shape, found in shapes.items()}

@@ -20,15 +20,23 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal, NamedTuple
+from collections.abc import Mapping
 
-from triage.core.match_index import FORMAT, build_index_data, compact_index
 from triage.core.model import Entry, KnowledgeBase, QuestionNode
 from triage.core.safe_regex import windows
-from triage.core.separate import Question, separating_question
 from triage.core.text import PAIR, Normalizer, foreign_share, pairs
 
-Verdict = Literal["match", "no_match", "out_of_scope"]
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
+if TYPE_CHECKING:
+    from typing import Literal, NamedTuple
+
+    from triage.core.separate import Question
+
+    Verdict = Literal["match", "no_match", "out_of_scope"]
+else:
+    from triage.core.records import NamedTuple
+
+INDEX_FORMAT = 7  # the shape of the compiled index (triage.core.match_index writes it)
 
 W_COVERAGE = 1.0
 W_PHRASE = 0.5
@@ -87,6 +95,14 @@ class Match(NamedTuple):
         return self.hits[0] if self.hits else None
 
 
+class Posting(NamedTuple):
+    """What the index knows of one term."""
+
+    weight: float
+    entries: list[tuple[int, float]]  # (entry position, how strongly the entry carries the term)
+    phrasings: list[tuple[int, int]]  # (entry position, symptom phrasing number) that contain it
+
+
 class _Signature(NamedTuple):
     pattern: str
     weight: float
@@ -101,20 +117,24 @@ class Index:
 
     def __init__(self, kb: KnowledgeBase) -> None:
         self.kb = kb
-        self.normalizer = Normalizer(kb.vocabulary)
         data = kb.match_index
-        if data is None or data.get("format") != FORMAT:
+        if data is None or data.get("format") != INDEX_FORMAT:
+            from triage.core.match_index import build_index_data, compact_index
+
             data = compact_index(build_index_data(kb))
+        variants = data["variants"]
+        assert isinstance(variants, Mapping)
+        self.normalizer = Normalizer(kb.vocabulary, variants)
         self.data = data
         ids = data["entries"]
         assert isinstance(ids, list)
-        self.entries: list[Entry] = [kb.entries[i] for i in ids]
-        self._postings: dict[str, str] = data["postings"]  # type: ignore[assignment]
-        self._decoded: dict[str, tuple[float, list[tuple[int, float]]] | None] = {}
-        raw_phrases = data["phrases"]
+        self.ids: list[str] = ids  # entry ids in index order (their Entry is decoded only for hits)
+        self._postings: Mapping[str, str] = data["postings"]  # type: ignore[assignment]
+        self._decoded: dict[str, Posting | None] = {}
+        raw_weights = data["phrase_weights"]
         raw_signatures = data["signatures"]
-        assert isinstance(raw_phrases, dict) and isinstance(raw_signatures, dict)
-        self.phrases = [[(float(w), frozenset(p.split())) for w, p in raw_phrases[i]] for i in ids]
+        assert isinstance(raw_weights, Mapping) and isinstance(raw_signatures, Mapping)
+        self.phrase_weights: list[list[float]] = [raw_weights[i] for i in ids]
         self.signatures = [
             [_Signature(p, w, e, tuple(a), safe, span) for p, w, e, a, safe, span in raw_signatures[i]]
             for i in ids
@@ -122,33 +142,42 @@ class Index:
         conf = data.get("confidence")
         self.confidence = Confidence(**conf) if isinstance(conf, dict) else Confidence()
         self._regex: dict[str, re.Pattern[str] | None] = {}
-        self._by_shape: dict[tuple[str, int], list[str]] | None = None
+        self._data = data
 
-    def posting(self, term: str) -> tuple[float, list[tuple[int, float]]] | None:
-        """(weight, [(entry position, strength), ...]) for a term, or None when no entry has it."""
+    @property
+    def entries(self) -> list[Entry]:
+        """Every entry, in index order."""
+        return [self.kb.entries[i] for i in self.ids]
+
+    def posting(self, term: str) -> Posting | None:
+        """A term's weight, the entries that carry it with their strengths, and the symptom
+        phrasings it is part of; None when no entry has it."""
         if term not in self._decoded:
             raw = self._postings.get(term)
             if raw is None:
                 self._decoded[term] = None
             else:
-                weight, _, items = raw.partition(";")
+                weight, _, rest = raw.partition(";")
+                items, _, phrasings = rest.partition("|")
                 pairs = [item.split(":") for item in items.split(" ")]
-                self._decoded[term] = (float(weight), [(int(d), float(s)) for d, s in pairs])
+                places = [item.split(".") for item in phrasings.split(" ")] if phrasings else []
+                self._decoded[term] = Posting(
+                    float(weight),
+                    [(int(d), float(s)) for d, s in pairs],
+                    [(int(d), int(k)) for d, k in places],
+                )
         return self._decoded[term]
 
     def correct(self, term: str) -> str | None:
         """The knowledge's term a misspelt word most likely means (one edit, two for long words)."""
         if len(term) < 5 or not term.isalpha() or not term.isascii():
             return None
-        if self._by_shape is None:
-            self._by_shape = {}
-            for known in self._postings:
-                if len(known) >= 4 and known.isalpha():
-                    self._by_shape.setdefault((known[0], len(known)), []).append(known)
+        shapes = self._data["shapes"]  # decoded only when a word needs correcting
+        assert isinstance(shapes, Mapping)
         limit = 1 if len(term) < 8 else 2
         best: tuple[int, str] | None = None
         for size in range(len(term) - limit, len(term) + limit + 1):
-            for known in self._by_shape.get((term[0], size), ()):
+            for known in shapes.get(f"{term[0]}{size}", "").split():
                 distance = _edit_distance(term, known, limit)
                 if distance <= limit and (best is None or (distance, known) < best):
                     best = (distance, known)
@@ -241,27 +270,31 @@ def _signature_score(index: Index, position: int, text: str, lowered: str) -> tu
     return best, reasons
 
 
-def _scores(index: Index, terms: dict[str, float]) -> tuple[list[float], list[float], list[list[str]]]:
-    """Coverage and phrasing per entry, and the terms each entry explains (heaviest first)."""
-    size = len(index.entries)
+def _scores(
+    index: Index, terms: dict[str, float]
+) -> tuple[list[float], list[float], list[list[tuple[float, str]]]]:
+    """Coverage and phrasing per entry, and the terms each entry explains with their weight."""
+    size = len(index.ids)
     explained = [0.0] * size
     shared: list[list[tuple[float, str]]] = [[] for _ in range(size)]
+    common: dict[tuple[int, int], float] = {}
     ordered = sorted(terms.items())  # one summation order, which the docs site's search repeats
     for term, weight in ordered:
         posting = index.posting(term)
         assert posting is not None
-        for position, strength in posting[1]:
+        for position, strength in posting.entries:
             explained[position] += weight * strength
             shared[position].append((weight * strength, term))
+        for place in posting.phrasings:
+            common[place] = common.get(place, 0.0) + weight
     total = sum(w for _, w in ordered)
     coverage = [e / (total + PRIOR_WEIGHT) for e in explained]
     phrase = [0.0] * size
-    for position, phrasings in enumerate(index.phrases):
-        for phrase_weight, words in phrasings:
-            common = sum(terms.get(t, 0.0) for t in words)
-            if common:
-                phrase[position] = max(phrase[position], 2 * common / (total + phrase_weight))
-    names = [[t for _, t in sorted(s, reverse=True)[:5]] for s in shared]
+    for (position, number), weight in common.items():
+        phrase[position] = max(
+            phrase[position], 2 * weight / (total + index.phrase_weights[position][number])
+        )
+    names = shared
     return coverage, phrase, names
 
 
@@ -273,23 +306,24 @@ def rank(kb: KnowledgeBase, text: str, top: int = 5) -> Match:
     coverage, phrase, names = _scores(index, terms)
     lowered = text.lower()
     scored = []
-    for position, entry in enumerate(index.entries):
+    for position, entry_id in enumerate(index.ids):
         sig, reasons = _signature_score(index, position, text, lowered)
         raw = W_COVERAGE * coverage[position] + W_PHRASE * phrase[position] + W_SIGNATURE * sig
-        if names[position]:
-            reasons.append(f"words that point here: {', '.join(names[position])}")
-        scored.append((raw, sig, entry, reasons))
-    scored.sort(key=lambda item: (-item[0], item[2].id))
+        scored.append((raw, sig, entry_id, reasons, position))
+    scored.sort(key=lambda item: (-item[0], item[2]))  # ties: by id, on unrounded scores
     conf = index.confidence
     best_raw = scored[0][0] if scored else 0.0
     second_raw = scored[1][0] if len(scored) > 1 else 0.0
     hits = []
     probability = 0.0
-    for i, (raw, sig, entry, reasons) in enumerate(scored[: max(top, 1)]):
+    for i, (raw, sig, entry_id, reasons, position) in enumerate(scored[: max(top, 1)]):
         gap = raw - (second_raw if i == 0 else best_raw)
         p = conf.probability(raw - W_SIGNATURE * sig, gap, sig)
         probability = p if i == 0 else probability
-        hits.append(Hit(entry, round(p, 3), tuple(reasons), raw, sig))
+        if names[position]:
+            heaviest = [t for _, t in sorted(names[position], reverse=True)[:5]]
+            reasons.append(f"words that point here: {', '.join(heaviest)}")
+        hits.append(Hit(kb.entries[entry_id], round(p, 3), tuple(reasons), raw, sig))
     if foreign_share(text) >= FOREIGN_NOTE and hits:
         note = "much of this text is in a language the knowledge is not written in: only its English words were matched"
         hits[0] = hits[0]._replace(reasons=(*hits[0].reasons, note))
@@ -302,7 +336,9 @@ def rank(kb: KnowledgeBase, text: str, top: int = 5) -> Match:
         verdict = "match"
     question = None
     if len(scored) > 1 and best_raw > 0 and second_raw >= CLOSE_RATIO * best_raw:
-        question = separating_question(kb, scored[0][2].id, scored[1][2].id)
+        from triage.core.separate import separating_question
+
+        question = separating_question(kb, scored[0][2], scored[1][2])
     return Match(text, verdict, tuple(hits), question)
 
 

@@ -10,9 +10,15 @@ and importing and creating dataclasses costs more than the rest of the matching 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal, NamedTuple
 
-EntryKind = Literal["diagnosis", "technique", "checklist", "out-of-scope"]
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
+if TYPE_CHECKING:
+    from typing import Literal, NamedTuple
+
+    EntryKind = Literal["diagnosis", "technique", "checklist", "out-of-scope"]
+else:
+    from triage.core.records import NamedTuple
+
 ENTRY_KINDS: tuple[str, ...] = ("diagnosis", "technique", "checklist", "out-of-scope")
 VERIFY_CHANGES: tuple[str, ...] = (
     "batch_size",
@@ -158,15 +164,15 @@ class Graph(NamedTuple):
     """The decision graph: its start and its nodes."""
 
     start: str
-    nodes: dict[str, Node]
+    nodes: Mapping[str, Node]
 
 
 class KnowledgeBase(NamedTuple):
     """Everything triage knows, loaded and validated."""
 
-    entries: dict[str, Entry]
+    entries: Mapping[str, Entry]
     sections: tuple[Section, ...]
-    facts: dict[str, Fact]
+    facts: Mapping[str, Fact]
     graph: Graph
     # Pre-parsed Markdown of each entry's fields (see triage.kb.markdown_ast), keyed by entry id and
     # field name, so the terminal renderer never imports markdown-it.

@@ -21,7 +21,10 @@ import re
 import re._constants as _c  # type: ignore[import-not-found]  # the stdlib parser (3.11+)
 import re._parser as _parser  # type: ignore[import-not-found]
 from collections.abc import Callable, Iterator
-from typing import Any
+
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_GAP = 256  # the most repetitions an unbounded quantifier may take
 MATCH_CHARS = 4096  # a text longer than this is searched in windows around the anchor

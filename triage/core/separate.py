@@ -7,9 +7,13 @@ Of those questions the most specific one (the fewest entries below it) is asked.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from triage.core.model import KnowledgeBase, ProbeNode, QuestionNode
+
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
+if TYPE_CHECKING:
+    from typing import NamedTuple
+else:
+    from triage.core.records import NamedTuple
 
 
 class Question(NamedTuple):
@@ -56,29 +60,34 @@ def reachable(kb: KnowledgeBase) -> dict[str, frozenset[str]]:
 
 
 def separating_question(kb: KnowledgeBase, first: str, second: str) -> Question | None:
-    """The most specific question with an option towards `first` and another towards `second`."""
+    """The question that best tells `first` from `second`: one with an option towards each.
+
+    Options that lead to one candidate and not the other are preferred, then questions where both
+    options are like that, then the most specific question (the fewest entries below it)."""
     reach = reachable(kb)
-    best: tuple[int, str, Question] | None = None
+    best: tuple[tuple[int, int, int, str], Question] | None = None
     for node in kb.graph.nodes.values():
         if not isinstance(node, QuestionNode):
             continue
         below = reach.get(node.id, frozenset())
         if first not in below or second not in below:
             continue
-        to_first = [o for o in node.options if first in _leads(reach, o.target, kb)]
-        to_second = [o for o in node.options if second in _leads(reach, o.target, kb)]
-        # Options that lead to one candidate only; an option leading to both decides nothing.
-        only_first = [o for o in to_first if o not in to_second]
-        only_second = [o for o in to_second if o not in to_first]
-        if not only_first or not only_second:
+        leads = [_leads(reach, o.target, kb) for o in node.options]
+        one, two = _pick(leads, first, second), _pick(leads, second, first)
+        if one is None or two is None or one == two:
             continue
-        question = Question(
-            node.id, node.prompt, ((only_first[0].label, first), (only_second[0].label, second))
-        )
-        key = (len(below), node.id, question)
-        if best is None or key[:2] < best[:2]:
-            best = key
-    return best[2] if best else None
+        shared = int(second in leads[one]) + int(first in leads[two])
+        key = (shared, len(below), 0, node.id)
+        if best is None or key < best[0]:
+            options = ((node.options[one].label, first), (node.options[two].label, second))
+            best = (key, Question(node.id, node.prompt, options))
+    return best[1] if best else None
+
+
+def _pick(leads: list[frozenset[str]], wanted: str, other: str) -> int | None:
+    """The option towards `wanted`: one that does not also lead to `other` first, then the narrowest."""
+    towards = [i for i, found in enumerate(leads) if wanted in found]
+    return min(towards, key=lambda i: (other in leads[i], len(leads[i]), i), default=None)
 
 
 def _leads(reach: dict[str, frozenset[str]], target: str, kb: KnowledgeBase) -> frozenset[str]:

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import itertools
 import re
-import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
-from typing import NamedTuple
+
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
+if TYPE_CHECKING:
+    from typing import Any
 
 WINDOW_GAP = 2  # words allowed between the words of a vocabulary variant, in total
 
@@ -51,15 +53,44 @@ STOPWORDS = frozenset(  # a word list reads better as text
     saw look looks looking run running ran issue problem question""".split()  # noqa: SIM905
 )
 
-_SOURCE_SUFFIX = re.compile(r"\.(?:py|pyx|pyi|cpp|cc|cxx|cu|cuh|hpp|h|c|so)(?::\d+)*$")
+# File name extensions of source code: a chunk ending in one (maybe with :line) names a file.
+_SOURCE_EXTENSIONS = frozenset({"py", "pyx", "pyi", "cpp", "cc", "cxx", "cu", "cuh", "hpp", "h", "c", "so"})
 _IDENTIFIER = re.compile(r"[^\W_]+(?:[_-]+[^\W_]+)*")
-_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_ACRONYMS = re.compile(r"[A-Z]{2,}s|[KMGTP]iB")  # GPUs, IDs, MiB: one word, not "GP" + "Us"
+_HUMP = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"  # compiled (by re.sub) when first needed
+_SIZE_UNITS = frozenset({"KiB", "MiB", "GiB", "TiB", "PiB"})
 # Units that only ever follow a number: no more evidence than the number itself.
 UNITS = frozenset({"kib", "mib", "gib", "tib", "kb", "mb", "gb", "tb", "ms", "sec", "secs"})
-_HEX = re.compile(r"0x[0-9a-f]+|[0-9a-f]{7,}")
-_FRAME = re.compile(r'File "[^"\n]*", line \d+,?')  # a traceback frame's header: where, not what
+_HEX_DIGITS = frozenset("0123456789abcdef")
+_FRAME = r'File "[^"\n]*", line \d+,?'  # a traceback frame's header: where, not what
 _TRIM = "\"'`()[]{}<>,;!?"
+# Plain string tests instead of more regexes: compiling a regex costs more than `ask` spends on a
+# short query, and these run on every word.
+
+
+def _is_source(chunk: str) -> bool:
+    """A source file, maybe with a directory and :line (`train.py`, `ProcessGroupNCCL.cpp:1169`)."""
+    name = chunk
+    while True:
+        head, colon, line = name.rpartition(":")
+        if not colon or not line.isdecimal():
+            break
+        name = head
+    stem, dot, extension = name.rpartition(".")
+    return bool(dot and stem) and extension in _SOURCE_EXTENSIONS
+
+
+def _is_acronym(piece: str) -> bool:
+    """GPUs, IDs, MiB: one word, not "GP" + "Us" (camel case is split elsewhere)."""
+    letters = piece[:-1]
+    return piece in _SIZE_UNITS or (
+        piece.endswith("s") and len(letters) >= 2 and all("A" <= c <= "Z" for c in letters)
+    )
+
+
+def _is_hex(word: str) -> bool:
+    if word.startswith("0x") and len(word) > 2:
+        return all(c in _HEX_DIGITS for c in word[2:])
+    return len(word) >= 7 and all(c in _HEX_DIGITS for c in word)
 
 
 def _evidence_chunks(text: str) -> Iterable[str]:
@@ -67,26 +98,27 @@ def _evidence_chunks(text: str) -> Iterable[str]:
     traceback frame headers but their function names).
 
     Chunk by chunk rather than with regexes over the whole text: linear whatever the input."""
-    for chunk in _FRAME.sub(" ", text).split():
+    if 'File "' in text:
+        text = re.sub(_FRAME, " ", text)
+    for chunk in text.split():
         core = chunk.strip(_TRIM)
-        if "://" in core or core.startswith("www.") or "-packages" in core:
+        if "://" in core or core.startswith("www.") or "-packages" in core or _is_source(core):
             continue
-        found = _SOURCE_SUFFIX.search(core)
-        if found is not None and found.start() > 0:
-            continue  # a source file, maybe with a directory and :line
         yield core
 
 
 def _fold(word: str) -> str:
     if word.isascii():
         return word
+    import unicodedata  # only for text that is not ASCII
+
     decomposed = unicodedata.normalize("NFKD", word)
     return "".join(c for c in decomposed if not unicodedata.combining(c))
 
 
 def is_number(word: str) -> bool:
     """Bare numbers, hex ids and words made mostly of digits (versions, sizes, GPU models)."""
-    if word.isdigit() or _HEX.fullmatch(word) is not None:
+    if word.isdigit() or _is_hex(word):
         return True
     digits = sum(c.isdigit() for c in word)
     return digits * 2 > len(word)
@@ -97,11 +129,13 @@ def identifiers(text: str) -> Iterator[list[str]]:
     for chunk in _evidence_chunks(text):
         for identifier in _IDENTIFIER.findall(chunk):
             parts: list[str] = []
-            for piece in re.split(r"[_-]+", identifier):
-                if piece.isupper() or piece.islower() or not piece.isascii() or _ACRONYMS.fullmatch(piece):
+            for piece in identifier.replace("-", "_").split("_"):
+                if not piece:
+                    continue
+                if piece.isupper() or piece.islower() or not piece.isascii() or _is_acronym(piece):
                     parts.append(piece)
                 else:
-                    parts.extend(_HUMP.sub(" ", piece).split())
+                    parts.extend(re.sub(_HUMP, " ", piece).split())
             yield [_fold(p.lower()) for p in parts if p]
 
 
@@ -163,20 +197,25 @@ def sequence(text: str) -> list[tuple[str, bool]]:
     return [_term(w) for w in raw_words(text)]
 
 
-class Variant(NamedTuple):
-    """A vocabulary variant as terms: which of them are content words (only those may follow a
-    gap), and the canonical term it stands for."""
+VariantTable = Mapping[str, list[list["Any"]]]
 
-    terms: tuple[str, ...]
-    content: tuple[bool, ...]
-    canonical: str
+
+# A vocabulary variant: its terms, which of them are content words (only those may follow a gap),
+# and the canonical term it stands for. A plain tuple: `ask` builds a thousand of them.
+Variant = tuple[tuple[str, ...], tuple[bool, ...], str]
 
 
 class Normalizer:
     """Turns text into the terms the matcher compares: the steps of the module docstring."""
 
-    def __init__(self, vocabulary: Mapping[str, Iterable[str]]) -> None:
+    def __init__(self, vocabulary: Mapping[str, Iterable[str]], table: VariantTable | None = None) -> None:
+        """From the vocabulary, or from `table` (its variants as `variant_table` lists them: the
+        compiled knowledge stores it, so that `ask` does not tokenise every variant again)."""
         self._variants: dict[str, list[Variant]] = {}
+        if table is not None:
+            for first, items in table.items():
+                self._variants[first] = [(tuple(t), tuple(c), canonical) for t, c, canonical in items]
+            return
         merged: dict[str, list[str]] = {k: list(v) for k, v in COLLECTIVES.items()}
         for canonical, words in vocabulary.items():
             merged.setdefault(canonical, []).extend(words)
@@ -186,10 +225,17 @@ class Normalizer:
                 seq = sequence(word)
                 key = tuple(t for t, _ in seq)
                 if key and key != (target,):
-                    variant = Variant(key, tuple(k for _, k in seq), target)
+                    variant = (key, tuple(k for _, k in seq), target)
                     self._variants.setdefault(key[0], []).append(variant)
         for options in self._variants.values():
-            options.sort(key=lambda item: -len(item.terms))
+            options.sort(key=lambda item: -len(item[0]))
+
+    def variant_table(self) -> VariantTable:
+        """The variants as JSON-ready data: first term -> [[terms], [content flags], canonical]."""
+        return {
+            first: [[list(terms), list(content), canonical] for terms, content, canonical in items]
+            for first, items in self._variants.items()
+        }
 
     @property
     def variants(self) -> dict[str, list[Variant]]:
@@ -203,7 +249,8 @@ class Normalizer:
         positions = [start]
         gaps = 0
         at = start + 1
-        for word, content in zip(variant.terms[1:], variant.content[1:], strict=True):
+        terms, flags, _ = variant
+        for word, content in zip(terms[1:], flags[1:], strict=True):
             while content and at < len(seq) and seq[at][0] != word and gaps < WINDOW_GAP:
                 at += 1
                 gaps += 1
@@ -221,9 +268,9 @@ class Normalizer:
         while i < len(seq):
             term, keep = seq[i]
             for variant in self._variants.get(term, ()):
-                positions = self._match(seq, i, variant) if len(variant.terms) > 1 else [i]
+                positions = self._match(seq, i, variant) if len(variant[0]) > 1 else [i]
                 if positions is not None:
-                    out.append(variant.canonical)
+                    out.append(variant[2])
                     inside = set(positions)
                     out.extend(
                         t for j, (t, k) in enumerate(seq[i : positions[-1] + 1], i) if k and j not in inside

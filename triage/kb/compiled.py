@@ -1,14 +1,23 @@
-"""The compiled knowledge: one JSON file that `ask` loads instead of parsing YAML and Markdown.
+"""The compiled knowledge: one file that `ask` loads instead of parsing YAML and Markdown.
 
 `triage kb build` writes it; `triage kb check` fails when it is stale. At load time the
 fingerprint of the sources is compared, so a stale file is never used silently.
+
+The file is JSON Lines: a header (format, fingerprint, the name, byte offset and length of each
+following line), then one
+JSON value per part: sections, vocabulary, the graph's start, each node, each fact, each part of
+the matcher's index, each entry, each entry's parsed Markdown, and the index's postings as plain
+lines (term TAB posting TAB ...), the terms spread over POSTING_BUCKETS lines by a hash.
+`ask` reads it all but decodes only what it uses: a few entries, one entry's Markdown, the index
+parts it needs and the postings lines of the query's terms. Parsing the whole file as one JSON document was most of `ask`'s
+time.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from typing import Any
+import zlib
+from collections.abc import Callable, Iterator, Mapping
 
 from triage.core.model import (
     Cases,
@@ -28,28 +37,81 @@ from triage.core.model import (
     to_plain,
 )
 
-FORMAT = 3  # 3: signatures carry their bounded pattern and reach
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
+if TYPE_CHECKING:
+    from typing import Any
+
+FORMAT = 7  # 7: the header gives each part's place; 6: nodes, facts and index parts on lines of their own; 5: postings in buckets, parts decoded on demand (3: signatures carry their bounded pattern and reach)
 DOC_FIELDS = ("root_cause", "fix")
 
 
-class _LazyDocs(Mapping[str, Mapping[str, list[dict[str, object]]]]):
-    """Each entry's parsed Markdown stays a JSON string until asked for: `ask` renders one entry,
-    so decoding the others would be wasted work on every run."""
+class _Lazy(Mapping[str, "Any"]):
+    """Values kept as JSON text until asked for (in their order), decoded by `decode` once each;
+    `ready` holds values that are decoded already."""
 
-    def __init__(self, raw: dict[str, str]) -> None:
+    def __init__(
+        self,
+        raw: dict[str, bytes],
+        decode: Callable[[Any], Any] = lambda value: value,
+        ready: dict[str, Any] | None = None,
+    ) -> None:
         self._raw = raw
-        self._decoded: dict[str, Mapping[str, list[dict[str, object]]]] = {}
+        self._decode = decode
+        self._decoded: dict[str, Any] = dict(ready or {})
 
-    def __getitem__(self, key: str) -> Mapping[str, list[dict[str, object]]]:
+    def __getitem__(self, key: str) -> Any:
         if key not in self._decoded:
-            self._decoded[key] = json.loads(self._raw[key])
+            self._decoded[key] = self._decode(json.loads(self._raw[key]))
         return self._decoded[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._raw)
+        yield from self._raw
+        yield from (k for k in self._decoded if k not in self._raw)
 
     def __len__(self) -> int:
-        return len(self._raw)
+        return len(self._raw) + sum(1 for k in self._decoded if k not in self._raw)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._raw or key in self._decoded
+
+
+POSTING_BUCKETS = 64  # the postings are split by a hash of the term into this many lines
+
+
+def bucket_of(term: str) -> int:
+    """The postings line that holds `term` (a stable hash: the same in every process)."""
+    return zlib.crc32(term.encode("utf-8")) % POSTING_BUCKETS
+
+
+class _Postings(Mapping[str, str]):
+    """The index's postings (term -> "weight;entry:strength ...|...") from their plain lines
+    (term TAB posting TAB ...), one line per bucket of terms; a line is split into a dictionary
+    the first time one of its terms is looked up. Splitting all of them was a fifth of `ask`."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self._lines = lines
+        self._tables: dict[int, dict[str, str]] = {}
+
+    def _table(self, bucket: int) -> dict[str, str]:
+        table = self._tables.get(bucket)
+        if table is None:
+            line = self._lines[bucket].decode("utf-8")
+            items = line.split("\t") if line else []
+            table = self._tables[bucket] = dict(zip(items[::2], items[1::2], strict=True))
+        return table
+
+    def __getitem__(self, key: str) -> str:
+        return self._table(bucket_of(key))[key]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in self._table(bucket_of(key))
+
+    def __iter__(self) -> Iterator[str]:
+        for bucket in range(len(self._lines)):
+            yield from self._table(bucket)
+
+    def __len__(self) -> int:
+        return sum(len(self._table(b)) for b in range(len(self._lines)))
 
 
 def with_docs(kb: KnowledgeBase, root: str | None = None) -> KnowledgeBase:
@@ -67,79 +129,138 @@ def with_docs(kb: KnowledgeBase, root: str | None = None) -> KnowledgeBase:
     return kb._replace(docs=docs, match_index=index)
 
 
+def _line(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def to_json(kb: KnowledgeBase, fingerprint: str) -> str:
-    """The knowledge base as compiled.json text."""
-    payload = {
-        "format": FORMAT,
-        "fingerprint": fingerprint,
-        "sections": to_plain(kb.sections),
-        "facts": to_plain(list(kb.facts.values())),
-        "graph": {"start": kb.graph.start, "nodes": to_plain(list(kb.graph.nodes.values()))},
-        "entries": to_plain(list(kb.entries.values())),
-        "docs": {k: json.dumps(v, ensure_ascii=False, separators=(",", ":")) for k, v in kb.docs.items()},
-        "vocabulary": to_plain(kb.vocabulary),
-        "index": kb.match_index,
+    """The knowledge base as compiled.json text (JSON Lines, see the module docstring)."""
+    index = dict(kb.match_index or {})
+    postings = index.pop("postings", {})
+    assert isinstance(postings, Mapping)
+    buckets: list[list[str]] = [[] for _ in range(POSTING_BUCKETS)]
+    for term, posting in postings.items():
+        if "\t" in term or "\n" in term or "\t" in posting or "\n" in posting:
+            raise ValueError(f"a term or posting with a tab or newline: {term!r}")
+        buckets[bucket_of(term)] += [term, posting]
+    parts: dict[str, str] = {
+        "sections": _line(to_plain(kb.sections)),
+        "vocabulary": _line(to_plain(kb.vocabulary)),
+        "graph": _line({"start": kb.graph.start}),
     }
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), sort_keys=False) + "\n"
+    parts |= {f"node:{node_id}": _line(to_plain(node)) for node_id, node in kb.graph.nodes.items()}
+    parts |= {f"fact:{name}": _line(to_plain(fact)) for name, fact in kb.facts.items()}
+    parts |= {f"index:{key}": _line(value) for key, value in index.items()}
+    parts |= {f"postings:{b}": "\t".join(items) for b, items in enumerate(buckets)}
+    parts |= {f"entry:{e.id}": _line(to_plain(e)) for e in kb.entries.values()}
+    parts |= {f"docs:{k}": _line(v) for k, v in kb.docs.items()}
+    places: dict[str, list[int]] = {}
+    offset = 0
+    for name, line in parts.items():
+        size = len(line.encode("utf-8"))
+        places[name] = [offset, size]
+        offset += size + 1
+    header = _line({"format": FORMAT, "fingerprint": fingerprint, "parts": places})
+    return "\n".join([header, *parts.values()]) + "\n"
 
 
 MAX_COMPILED_BYTES = 64 << 20
 
 
+class _Lines(Mapping[str, bytes]):
+    """The parts of a compiled file by name, each sliced out of the file's bytes when asked for
+    (splitting the whole file into lines cost more than everything `ask` decodes)."""
+
+    def __init__(self, raw: bytes, body: int, places: dict[str, list[int]]) -> None:
+        self._raw = raw
+        self._body = body
+        self._places = places
+
+    def __getitem__(self, name: str) -> bytes:
+        offset, size = self._places[name]
+        return self._raw[self._body + offset : self._body + offset + size]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._places)
+
+    def __len__(self) -> int:
+        return len(self._places)
+
+
 def read(path: str) -> dict[str, Any] | None:
-    """The compiled knowledge, or None when it is missing, unreadable or not ours (then the YAML
-    sources are used, and `kb check` says why)."""
+    """The compiled knowledge's header (format, fingerprint) with its parts as undecoded lines, or
+    None when it is missing, unreadable or not ours (then the YAML sources are used, and `kb check`
+    says why)."""
     from triage.kb.fingerprint import read_source
 
     try:
-        data = json.loads(read_source(path, MAX_COMPILED_BYTES))
+        raw = read_source(path, MAX_COMPILED_BYTES)
+        body = raw.index(b"\n") + 1
+        data = json.loads(raw[:body])
     except (OSError, ValueError, RecursionError):
         return None
-    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("parts"), dict):
+        return None
+    places: dict[str, list[int]] = data["parts"]
+    end = max((offset + size + 1 for offset, size in places.values()), default=0)
+    if body + end != len(raw) or any(
+        raw[body + o + s : body + o + s + 1] != b"\n" for o, s in places.values()
+    ):
+        return None
+    data["lines"] = _Lines(raw, body, places)
+    return data
+
+
+def _node(raw: dict[str, Any]) -> Node:
+    if raw["type"] == "question":
+        options = tuple(Option(o["label"], o["target"], tuple(o["keywords"])) for o in raw["options"])
+        return QuestionNode(raw["id"], raw["prompt"], options, raw["help"], raw["unknown"])
+    return ProbeNode(
+        raw["id"], raw["fact"], raw["prompt"], dict(raw["branches"]), raw["fallback"], raw["default"]
+    )
+
+
+def _fact(raw: dict[str, Any]) -> Fact:
+    return Fact(raw["name"], raw["probe"], raw["type"], raw["description"], tuple(raw["values"]))
+
+
+def _entry(raw: dict[str, Any]) -> Entry:
+    return Entry(
+        id=raw["id"],
+        title=raw["title"],
+        section=raw["section"],
+        kind=raw["kind"],
+        summary=raw["summary"],
+        symptoms=tuple(raw["symptoms"]),
+        signatures=tuple(
+            Signature(**{**s, "examples": tuple(s.get("examples", ()))}) for s in raw["signatures"]
+        ),
+        root_cause=raw["root_cause"],
+        fix=raw["fix"],
+        verify=Verify(raw["verify"]["needed"], raw["verify"]["why"], tuple(raw["verify"]["changes"])),
+        related=tuple(raw["related"]),
+        references=tuple(Reference(**r) for r in raw["references"]),
+        confirm=tuple(Confirm(c["fact"], tuple(c["values"]), c["note"]) for c in raw["confirm"]),
+        cases=Cases(tuple(raw["cases"]["match"]), tuple(raw["cases"]["no_match"])),
+        source=raw["source"],
+    )
 
 
 def from_json(data: dict[str, Any]) -> KnowledgeBase:
-    """The knowledge base from compiled.json data."""
-    entries = {}
-    for raw in data["entries"]:
-        entry = Entry(
-            id=raw["id"],
-            title=raw["title"],
-            section=raw["section"],
-            kind=raw["kind"],
-            summary=raw["summary"],
-            symptoms=tuple(raw["symptoms"]),
-            signatures=tuple(
-                Signature(**{**s, "examples": tuple(s.get("examples", ()))}) for s in raw["signatures"]
-            ),
-            root_cause=raw["root_cause"],
-            fix=raw["fix"],
-            verify=Verify(raw["verify"]["needed"], raw["verify"]["why"], tuple(raw["verify"]["changes"])),
-            related=tuple(raw["related"]),
-            references=tuple(Reference(**r) for r in raw["references"]),
-            confirm=tuple(Confirm(c["fact"], tuple(c["values"]), c["note"]) for c in raw["confirm"]),
-            cases=Cases(tuple(raw["cases"]["match"]), tuple(raw["cases"]["no_match"])),
-            source=raw["source"],
-        )
-        entries[entry.id] = entry
-    nodes: dict[str, Node] = {}
-    for raw in data["graph"]["nodes"]:
-        if raw["type"] == "question":
-            options = tuple(Option(o["label"], o["target"], tuple(o["keywords"])) for o in raw["options"])
-            nodes[raw["id"]] = QuestionNode(raw["id"], raw["prompt"], options, raw["help"], raw["unknown"])
-        else:
-            nodes[raw["id"]] = ProbeNode(
-                raw["id"], raw["fact"], raw["prompt"], dict(raw["branches"]), raw["fallback"], raw["default"]
-            )
+    """The knowledge base from what `read` returned; entries, their Markdown, the graph's nodes, the
+    facts and the index's parts stay undecoded until used."""
+    lines: Mapping[str, bytes] = data["lines"]
+
+    def part(prefix: str) -> dict[str, bytes]:
+        return {name[len(prefix) :]: lines[name] for name in lines if name.startswith(prefix)}
+
+    postings = _Postings([lines[f"postings:{b}"] for b in range(POSTING_BUCKETS)])
     return KnowledgeBase(
-        entries=entries,
-        sections=tuple(Section(**s) for s in data["sections"]),
-        facts={
-            f["name"]: Fact(f["name"], f["probe"], f["type"], f["description"], tuple(f["values"]))
-            for f in data["facts"]
-        },
-        graph=Graph(data["graph"]["start"], nodes),
-        docs=_LazyDocs(data["docs"]),
-        vocabulary={k: tuple(v) for k, v in data["vocabulary"].items()},
-        match_index=data.get("index"),
+        entries=_Lazy(part("entry:"), _entry),
+        sections=tuple(Section(**s) for s in json.loads(lines["sections"])),
+        facts=_Lazy(part("fact:"), _fact),
+        graph=Graph(json.loads(lines["graph"])["start"], _Lazy(part("node:"), _node)),
+        docs=_Lazy(part("docs:")),
+        vocabulary={k: tuple(v) for k, v in json.loads(lines["vocabulary"]).items()},
+        match_index=_Lazy(part("index:"), ready={"postings": postings}),
     )

@@ -7,8 +7,8 @@ more than locating the files, and this runs on every `triage ask`.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
 if TYPE_CHECKING:
     from pathlib import Path
 

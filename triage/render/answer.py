@@ -11,11 +11,14 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Sequence
-from typing import Any
 
 from triage.core.model import Entry, KnowledgeBase
 from triage.render.entry_text import FULL_PARTS, parts_lines, verify_banner
 from triage.render.terminal import BOLD, DIM, Style, heading, render_blocks
+
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
+if TYPE_CHECKING:
+    from typing import Any
 
 SCREEN_ROWS = 24
 MIN_FIX = 4  # lines of the fix shown whatever else there is

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from triage.core.model import Entry, KnowledgeBase
 from triage.render.parts import PARTS, entry_parts
 from triage.render.terminal import BOLD, DIM, Style, banner, heading, render_blocks
 from triage.render.verify import verify_headline
+
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _blocks(kb: KnowledgeBase, entry: Entry, field: str) -> list[dict[str, Any]]:

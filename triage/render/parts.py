@@ -8,10 +8,15 @@ from `entry_parts`, so the same entry reads the same way everywhere.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import NamedTuple
 
 from triage.core.graph import incoming
 from triage.core.model import Entry, KnowledgeBase
+
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
+if TYPE_CHECKING:
+    from typing import NamedTuple
+else:
+    from triage.core.records import NamedTuple
 
 
 class Part(NamedTuple):

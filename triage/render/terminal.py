@@ -10,7 +10,12 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
-from typing import Any, NamedTuple, TextIO
+
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple, TextIO
+else:
+    from triage.core.records import NamedTuple
 
 RESET = "\x1b[0m"
 BOLD = "\x1b[1m"

@@ -12,6 +12,7 @@ refuse `fetch()` of a local file under file://, and the site must work opened fr
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from triage.core import matcher, safe_regex, text
 from triage.core.model import KnowledgeBase
@@ -28,10 +29,11 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
     index = matcher.index_for(kb)
     data = index.data
     all_phrases = data["phrases"]
-    assert isinstance(all_phrases, dict)
+    all_weights = data["phrase_weights"]
+    assert isinstance(all_phrases, Mapping) and isinstance(all_weights, Mapping)
     entries = []
     for entry in index.entries:
-        phrases = all_phrases[entry.id]
+        phrases = zip(all_weights[entry.id], all_phrases[entry.id], strict=True)
         originals = [entry.title, *entry.symptoms]
         normals = [" ".join(sorted(set(index.normalizer.tokens(o)))) for o in originals]
         shown = {n: " ".join(o.split()) for n, o in zip(normals, originals, strict=True) if n}
@@ -48,7 +50,7 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
             }
         )
     signatures = data["signatures"]
-    assert isinstance(signatures, dict)
+    assert isinstance(signatures, Mapping)
     return {
         "model": {
             "wCoverage": matcher.W_COVERAGE,
@@ -68,11 +70,8 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
         "stopwords": sorted(text.STOPWORDS),
         "pluralAcronyms": sorted(text.PLURAL_ACRONYMS),
         "units": sorted(text.UNITS),
-        "variants": {
-            first: [[list(v.terms), list(v.content), v.canonical] for v in items]
-            for first, items in index.normalizer.variants.items()
-        },
-        "postings": data["postings"],
+        "variants": index.normalizer.variant_table(),
+        "postings": dict(data["postings"]),  # type: ignore[call-overload]
         "signatures": [signatures[e.id] for e in index.entries],
         "entries": entries,
     }

@@ -124,10 +124,13 @@
       if (!decoded.has(term)) {
         var raw = Object.prototype.hasOwnProperty.call(data.postings, term) ? data.postings[term] : null, value = null;
         if (raw !== null) {
-          var cut = raw.indexOf(";");
-          value = [parseFloat(raw.slice(0, cut)), raw.slice(cut + 1).split(" ").map(function (item) {
+          // "weight;entry:strength ...|entry.phrasing ..." (triage/core/match_index.py compact_index)
+          var cut = raw.indexOf(";"), bar = raw.indexOf("|"), places = raw.slice(bar + 1);
+          value = [parseFloat(raw.slice(0, cut)), raw.slice(cut + 1, bar).split(" ").map(function (item) {
             var p = item.split(":"); return [parseInt(p[0], 10), parseFloat(p[1])];
-          })];
+          }), places ? places.split(" ").map(function (item) {
+            var p = item.split("."); return [parseInt(p[0], 10), parseInt(p[1], 10)];
+          }) : []];
         }
         decoded.set(term, value);
       }
@@ -234,20 +237,25 @@
     var x = model, m = x.m, size = x.entries.length;
     text = text.slice(0, m.maxChars);
     var terms = queryTerms(x, text), ordered = Array.from(terms.keys()).sort();
-    var explained = new Array(size).fill(0), total = 0;
+    var explained = new Array(size).fill(0), total = 0, common = new Map();
     ordered.forEach(function (t) {
-      var w = terms.get(t);
-      x.posting(t)[1].forEach(function (p) { explained[p[0]] += w * p[1]; });
+      var w = terms.get(t), p = x.posting(t);
+      p[1].forEach(function (e) { explained[e[0]] += w * e[1]; });
+      p[2].forEach(function (place) {
+        var key = place[0] + "." + place[1];
+        common.set(key, (common.has(key) ? common.get(key) : 0) + w);
+      });
     });
     ordered.forEach(function (t) { total += terms.get(t); });
+    var phrases = new Array(size).fill(0), bests = new Array(size).fill(-1);
+    common.forEach(function (w, key) {
+      var place = key.split("."), position = +place[0], number = +place[1];
+      var r = 2 * w / (total + x.entries[position].phrases[number][0]);
+      if (r > phrases[position]) { phrases[position] = r; bests[position] = number; }
+    });
     var lowered = text.toLowerCase();
     var scored = x.entries.map(function (d, position) {
-      var phrase = 0, best = -1;
-      d.phrases.forEach(function (p, i) {
-        var common = 0;
-        p[1].forEach(function (t) { if (terms.has(t)) common += terms.get(t); });
-        if (common) { var r = 2 * common / (total + p[0]); if (r > phrase) { phrase = r; best = i; } }
-      });
+      var phrase = phrases[position], best = bests[position];
       var sig = 0, found = 0;
       d.sigs.forEach(function (s) {
         if (s.anchors.length && !s.anchors.some(function (a) { return lowered.indexOf(a) >= 0; })) return;
