@@ -27,6 +27,7 @@ from triage.repro.runner import processes_with_token, run
 from triage.repro.settings import DEFAULT, Setting
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),
     pytest.mark.skipif(sys.platform != "linux", reason="clean-up reads /proc"),
 ]
@@ -42,6 +43,8 @@ LIVE = [(s, DEFAULT) for s in SCENARIOS] + [
 def test_reproduction_is_diagnosed(
     scenario: Scenario, setting: Setting, run_cli: Callable[..., CliResult], tmp_path: Path
 ) -> None:
+    if scenario.missing():
+        pytest.skip(f"{scenario.id} needs {', '.join(scenario.missing())}")
     result = run(scenario, setting=setting)
     assert not result.timed_out, f"{scenario.id} ran past its {scenario.bound_s} s bound"
     assert result.duration_s < scenario.bound_s

@@ -33,6 +33,7 @@ DEFAULT_MAX_LINE = 64 << 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument("files", nargs="+", metavar="FILE", help="log files, or - for stdin")
     parser.add_argument("--json", action="store_true", help="machine-readable result")
     parser.add_argument("--top", type=int, default=3, metavar="N", help="diagnoses to list (default 3)")
@@ -52,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     from triage.kb.loader import load_kb
 
     if args.top < 1:
@@ -113,6 +115,7 @@ def emit(text: str) -> None:
 
 
 def verdict_text(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> str:
+    """The scan's verdict as terminal text, with the best entries."""
     from triage.render.entry_text import entry_lines
     from triage.render.log_text import evidence, evidence_line, rank_rows, shown_score, summary_lines
     from triage.render.ranks import render_ranks

@@ -23,6 +23,7 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument("id", nargs="?", help="the reproduction to run (an entry id: D1, D20, MN3, ...)")
     parser.add_argument("--list", action="store_true", help="list the reproductions")
     parser.add_argument("--save", metavar="FILE", help="also write the captured output to FILE")
@@ -35,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     from triage.core.errors import shown
     from triage.repro import SCENARIOS, find
     from triage.repro.settings import SETTINGS, setting
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.list or args.id is None:
         for item in SCENARIOS:
             names = " ".join(s.name for s in item.settings())
-            print(f"{item.id:<5} {item.title}  (bound {item.bound_s:.0f} s)\n      settings: {names}")
+            print(f"{item.id:<9} {item.title}  (bound {item.bound_s:.0f} s)\n      settings: {names}")
         print("\nsettings:")
         for option in SETTINGS:
             print(f"  {option.name:<15} {option.title}")
@@ -57,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("reproductions need torch: pip install 'triage[torch]'")
     if sys.platform != "linux":
         raise UserError("reproductions need Linux (their clean-up reads /proc)")
+    if scenario.missing():
+        raise UserError(f"{scenario.id} needs {'; '.join(scenario.missing())}: pip install it first")
     chosen = setting(args.setting)
     if chosen is None or chosen not in scenario.settings():
         why = scenario.skip.get(args.setting, "")

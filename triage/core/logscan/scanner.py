@@ -50,6 +50,8 @@ OWN_ERROR_KINDS = ("exception", "terminate", "abort", "warn", "detail")
 
 @dataclass(frozen=True)
 class Event:
+    """A line the scan noticed: a signature hit, an exit report or an error."""
+
     kind: str  # "hit" | "exit" | one of OWN_ERROR_KINDS
     source: int  # index into Scan.sources
     line: int  # 1-based
@@ -222,7 +224,7 @@ class Scanner:
             role = "warning"  # a warning: it names a cause, but an error printed with it comes first
         for position in candidates:
             item = self.signatures.signatures[position]
-            if item.regex.search(body) or (body is not line and item.regex.search(line)):
+            if item.search(body) or (body is not line and item.search(line)):
                 sig = item.signature
                 self.scan.hits += 1
                 self._add(

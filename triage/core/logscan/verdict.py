@@ -42,6 +42,8 @@ FALLBACK_MIN_SCORE = 0.6
 
 @dataclass(frozen=True)
 class Diagnosis:
+    """An entry the log points at, its score and its evidence."""
+
     entry_id: str
     score: float
     evidence: tuple[Event, ...]
@@ -51,6 +53,8 @@ class Diagnosis:
 
 @dataclass
 class Verdict:
+    """What the log scan concluded: the diagnoses and the first real failure."""
+
     found: bool
     diagnoses: list[Diagnosis]
     first: Event | None  # the first real failure (or first echo when nothing else)
