@@ -10,8 +10,8 @@ import os
 import threading
 from collections.abc import Mapping
 
-from probes import launchers
 from probes.subproc import evidence
+from triage.core import launchers
 from triage.core.facts import ProbeOptions, ProbeResult, Status
 from triage.core.redact import redact_env
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from probes import launchers
+from triage.core import launchers
 
 LAUNCHER_MARKS = (
     "torchrun",
