@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 
 from triage.core.model import KnowledgeBase
-from triage.render.document import entry_markdown, entry_sections
+from triage.render.document import entry_markdown
 from triage.render.entry_text import entry_lines
 from triage.render.parts import PARTS, entry_parts
-from triage.render.report import ReportInput, build_report
+from triage.render.report import build_report
 from triage.render.terminal import Style
 
 ORDER = [p.title for p in PARTS]
@@ -34,14 +33,16 @@ def test_show_follows_the_one_order(kb: KnowledgeBase) -> None:
     assert titles[0] == "Fix" and "Root cause" in titles and "References" in titles
 
 
-def test_the_report_gives_the_fix_then_its_verification(kb: KnowledgeBase) -> None:
+def test_the_report_follows_the_one_order(kb: KnowledgeBase) -> None:
     entry = kb.entries["D9"]
-    data = ReportInput(
-        when=datetime(2026, 3, 1, tzinfo=UTC), host="node1", command="triage report", entry=entry
-    )
-    text = build_report(kb, data)
-    fix = next(s for s in entry_sections(entry, kb) if s.title == "Fix").body
-    assert text.index(fix[:60]) < text.index("### Verification")
+    from datetime import datetime
+
+    from triage.render.report import ReportInput
+
+    text = build_report(kb, ReportInput(when=datetime(2026, 1, 1), host="node1", command="test", entry=entry))
+    titles = [t for t in re.findall(r"^#{2,4} (.+)$", text, re.M) if t in ORDER]
+    positions = [ORDER.index(t) for t in titles]
+    assert len(titles) >= 2 and positions == sorted(positions), titles
 
 
 def test_the_app_result_screen_follows_the_one_order(kb: KnowledgeBase) -> None:

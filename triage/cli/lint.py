@@ -23,7 +23,7 @@ from triage.core.exitcodes import Exit
 if TYPE_CHECKING:
     from triage.core.lint import Finding, LaunchFacts, Selection
 
-HELP = "check training scripts for bugs that hang or corrupt a distributed run (triage lint train.py)"
+HELP = "check a training script for distributed bugs"
 DESCRIPTION = (
     "Static analysis of Python training scripts (files or directories; .sh launch scripts too) for the "
     "distributed bugs of the knowledge base: collectives reached on rank 0 only, set_device(RANK), "
@@ -249,14 +249,18 @@ def _find_config() -> Path | None:
 def _config(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
-    import tomllib
-
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"--config {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read: {exc}") from None
+    if "triage" not in text:
+        return {}  # no table of ours: spare the TOML parser (and its datetime import)
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: invalid TOML: {exc}") from None
     table = data.get("tool", {}).get("triage", {}).get("lint", {})

@@ -18,12 +18,13 @@ if TYPE_CHECKING:
     from triage.core.facts import ProbeResult
     from triage.core.findings import Finding
 
-HELP = "run the live probes (env, gpu, net, versions, configs, dist, lint) and show what they found"
+HELP = "live, read-only probes of this machine (and --script)"
 DESCRIPTION = (
     "Run the probes concurrently, each bounded by --timeout: env (launcher, rank variables), gpu (NVML), "
     "net (interfaces, MTU, NCCL_SOCKET_IFNAME, master port), versions (torch, CUDA, NCCL), configs "
     "(Accelerate/DeepSpeed), dist (a torch.distributed mini-test on this machine), lint (the training script "
-    "given with --script, read statically). Prints a table, the "
+    "given with --script, read statically), hang (the job running here, as `triage hang` reads it). "
+    "Prints a table, the "
     "findings that point at knowledge entries, and exits with the worst status: 0 ok or unavailable, "
     "4 warn, 5 fail or error. Secrets in the environment are redacted in every output."
 )
@@ -43,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "names",
         nargs="*",
         metavar="NAME",
-        help="probes to run: env gpu net versions configs dist lint (default: all; lint only with --script)",
+        help="probes to run: env gpu net versions configs dist lint hang (default: all; lint only with --script)",
     )
     parser.add_argument(
         "--json", action="store_true", help="print everything as JSON (schema documented in the README)"

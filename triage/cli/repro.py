@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.list or args.id is None:
         for item in SCENARIOS:
-            print(f"{item.id:<5} {item.title}  (bound {item.bound_s:.0f} s)")
+            print(f"{item.id:<9} {item.title}  (bound {item.bound_s:.0f} s)")
         return Exit.OK
     scenario = find(args.id) if args.id.strip() else None
     if scenario is None:
@@ -47,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("reproductions need torch: pip install 'triage[torch]'")
     if sys.platform != "linux":
         raise UserError("reproductions need Linux (their clean-up reads /proc)")
+    if scenario.missing():
+        raise UserError(f"{scenario.id} needs {'; '.join(scenario.missing())}: pip install it first")
     if args.save is not None:
         _check_writable(args.save)  # before a run of up to a minute, not after it
 

@@ -64,7 +64,7 @@ def parse_answers(raw: list[str], session: Session) -> dict[str, str]:
             resolve_option(target, value)  # raises a one-line UserError for a bad answer
         elif value.lower() not in target.branches and target.default is None:
             raise UserError(
-                f"--answer {item!r}: probe node {node!r} has no branch for {value!r} "
+                f"--answer {item!r}: “{target.prompt}” (probe node {node!r}) has no branch for {value!r} "
                 f"(one of {', '.join(target.branches)})"
             )
         answers[node] = value
@@ -195,9 +195,7 @@ class PlainWalk:
 
         raw = sys.stdin.buffer.readline(MAX_LINE + 1)
         if not raw:
-            raise UserError(
-                f"no answer for {node.id!r} ({node.prompt}): stdin ended; give --answer {node.id}=N"
-            )
+            raise UserError(f"no answer to “{node.prompt}”: stdin ended (scripts: --answer {node.id}=N)")
         if len(raw) > MAX_LINE:
             raise UserError(f"an answer on stdin is longer than {MAX_LINE} bytes")
         line = decode_utf8(raw, "an answer on stdin").strip()
@@ -240,7 +238,9 @@ class PlainWalk:
         position = self.session.record_probe(node, result)
         step = next((s for s in position.trail if s.node == node.id), None)
         where = (
-            f" -> {step.target}" if step is not None and step.via != "fallback" else "; asking you instead"
+            f" -> {self.session.target_title(step.target)}"
+            if step is not None and step.via != "fallback"
+            else "; asking you instead"
         )
         self.say(f"  {name}: {result.status} - {result.summary or 'no summary'}{where}")
 

@@ -28,7 +28,7 @@ from triage.core.model import (
     to_plain,
 )
 
-FORMAT = 2
+FORMAT = 3  # 3: signatures carry their bounded pattern and reach
 DOC_FIELDS = ("root_cause", "fix")
 
 

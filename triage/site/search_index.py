@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from triage.core import matcher
+from triage.core import matcher, safe_regex
 from triage.core.model import KnowledgeBase
 from triage.core.text import STOPWORDS
 
@@ -54,7 +54,11 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
                 "tf": [[number[t], round(w, 6)] for t, w in sorted(full_docs[entry.id]["tf"].items())],
                 "length": round(doc.length, 6),
                 "phrases": phrases,
-                "signatures": [[s.pattern, s.weight, s.echo] for s in entry.signatures],
+                # [the pattern with its repeats bounded, weight, echo, literal, reach]: searched in
+                # the same windows as `ask` searches (triage.core.safe_regex)
+                "signatures": [
+                    [sig.safe, sig.weight, sig.echo, sig.literal, sig.reach] for sig in doc.signatures
+                ],
             }
         )
     variants = {v.lower(): c.lower() for c, words in kb.vocabulary.items() for v in words}
@@ -69,6 +73,9 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
             "calMidpoint": matcher.CAL_MIDPOINT,
             "echoFactor": matcher.ECHO_FACTOR,
             "noMatchBelow": matcher.NO_MATCH_BELOW,
+            "maxFuzzyTokens": matcher.MAX_FUZZY_TOKENS,
+            "matchChars": safe_regex.MATCH_CHARS,
+            "maxWindows": safe_regex.MAX_WINDOWS,
         },
         "stopwords": sorted(STOPWORDS),
         "vocabulary": dict(sorted(variants.items())),

@@ -35,6 +35,14 @@ if TYPE_CHECKING:
 
 UNKNOWN_ID = "unknown"
 OPEN_ID = "open-result"
+# The key for each option: 1-9, then letters that no other key of this screen or the app uses
+# (j jumps, n restarts, o overrides, p lists probes, q quits, t switches the theme).
+OPTION_KEYS = "123456789abcdefghiklmrsuvwxyz"
+
+
+def option_key(number: int) -> str:
+    """The key that answers option `number` (1-based), or "" past the last key."""
+    return OPTION_KEYS[number - 1] if 1 <= number <= len(OPTION_KEYS) else ""
 
 
 @dataclass
@@ -56,7 +64,7 @@ class WalkScreen(Screen[None]):
         # A priority binding runs as the key arrives, so "/gpu" typed fast lands in the search box.
         Binding("slash", "search", "Search", priority=True),
         Binding("question_mark", "unknown", "Don't know", show=False),
-        *(Binding(str(n), f"choose({n})", show=False) for n in range(1, 10)),
+        *(Binding(key, f"choose({n})", show=False) for n, key in enumerate(OPTION_KEYS, 1)),
         Binding("j", "jump", "Jump"),
         Binding("o", "override", "Override"),
         Binding("p", "probes", "Probes"),
@@ -135,11 +143,12 @@ class WalkScreen(Screen[None]):
             options.focus()
         options.clear_options()
         if isinstance(node, QuestionNode):
-            panel.border_title = "Your answer: 1-9, ↑↓ Enter, or click" + (
+            last = option_key(len(node.options)) or " "
+            panel.border_title = f"Your answer: 1-{last}, ↑↓ Enter, or click" + (
                 ", ? don't know" if node.unknown else ""
             )
             for number, option in enumerate(node.options, 1):
-                key = f"{number}" if number <= 9 else " "
+                key = option_key(number) or " "
                 options.add_option(Option(Content.assemble((f"{key}  ", "bold $accent"), option.label)))
             if node.unknown is not None:
                 options.add_option(

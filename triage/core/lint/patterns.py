@@ -57,8 +57,8 @@ class WorldSize:
         self.script = script
         self.names: set[str] = set()
         for _ in range(2):
-            for node in ast.walk(script.tree):
-                if isinstance(node, ast.Assign) and self.is_world_size(node.value):
+            for node in script.of_type(ast.Assign):
+                if self.is_world_size(node.value):
                     self.names.update(dotted(t) for t in node.targets if dotted(t))
 
     def is_world_size(self, expr: ast.AST) -> bool:
@@ -81,6 +81,15 @@ class WorldSize:
 
     def mentioned_in(self, expr: ast.AST) -> bool:
         return any(self.is_world_size(node) for node in ast.walk(expr))
+
+
+def world_size(script: Script) -> WorldSize:
+    """The script's WorldSize recogniser, built once and shared by the checks."""
+    found = script.cache.get("world_size")
+    if not isinstance(found, WorldSize):
+        found = WorldSize(script)
+        script.cache["world_size"] = found
+    return found
 
 
 def is_optimizer_step(call: Call) -> bool:

@@ -100,7 +100,7 @@ def _mentions_rank(ctx: Context, expr: ast.AST, call: Call) -> bool:
     for node in ast.walk(expr):
         if isinstance(node, ast.Name | ast.Attribute | ast.Call) and ctx.ranks.rank_kind(node, call.scope):
             return True
-        if isinstance(node, ast.Name | ast.Attribute) and "rank" in ctx.script.text(node, 80).lower():
+        if isinstance(node, ast.Name | ast.Attribute) and "rank" in dotted(node).lower():
             return True
     return False
 

@@ -209,7 +209,7 @@ class Scanner:
             role = "info"  # torch's own INFO-level log (TORCH_CPP_LOG_LEVEL=INFO): progress, not failure
         for position in candidates:
             item = self.signatures.signatures[position]
-            if item.regex.search(body) or (body is not line and item.regex.search(line)):
+            if item.search(body) or (body is not line and item.search(line)):
                 sig = item.signature
                 self.scan.hits += 1
                 self._add(

@@ -160,3 +160,36 @@ def verify_consistent(ctx: Context) -> Iterator[Finding]:
                 "needed is false but changes is not empty",
                 "set needed: true, or remove changes",
             )
+
+
+PLACEHOLDERS = ("TODO(kb new)", "TODO-kb-new", r"TODO\(kb new\)")
+
+
+def _placeholders(value: object, path: tuple[object, ...]) -> Iterator[tuple[object, ...]]:
+    """The paths of the string values under `value` that still hold a `triage kb new` placeholder."""
+    if isinstance(value, str):
+        if any(mark in value for mark in PLACEHOLDERS):
+            yield path
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _placeholders(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _placeholders(item, (*path, index))
+
+
+@rule(
+    "KB007",
+    "skeleton-filled",
+    finds="a value that still holds the placeholder `triage kb new` wrote (TODO(kb new))",
+    why="a half-written entry would be shown to users as if it were a diagnosis",
+    fix="replace every TODO(kb new) placeholder with real content (see knowledge/README.md)",
+)
+def skeleton_filled(ctx: Context) -> Iterator[Finding]:
+    """Report TODO(kb new) placeholders left in an entry."""
+    for src, _ in ctx.all_entries:
+        for path in _placeholders(src.data, ()):
+            field = "".join(
+                f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(path)
+            )
+            yield Finding(src, ctx.line(src, *path), field, "still holds the `triage kb new` placeholder")

@@ -39,6 +39,7 @@ CODES: dict[str, str] = {
     "KB017": "duplicate key in a mapping",
     "KB018": "probe node falls back to something that is not a question",
     "KB019": "a signature's example line does not match its pattern",
+    "KB020": "regular expression can take more than linear time (catastrophic backtracking)",
 }
 
 # "sources" rules check the YAML; "outputs" rules check the files generated from a valid knowledge

@@ -88,3 +88,27 @@ def examples_match(ctx: Context) -> Iterator[Finding]:
                     f"signatures[{index}].examples[{number}]",
                     f"the pattern does not match this example: {example[:120]!r}",
                 )
+
+
+@rule(
+    "KB020",
+    "regex-linear-time",
+    finds="a signature pattern whose shape makes a backtracking engine slow: nested quantifiers "
+    "(`(a+)+`), alternatives that overlap inside a repeat, or two unbounded repeats in a row that can "
+    "match the same characters (`\\d+.*`, a `.*` between two unbounded classes)",
+    why="Python's re and the browser's RegExp backtrack: such a pattern takes exponential or quadratic "
+    "time on a hostile or merely unlucky line, hanging `triage log`, `ask` and the docs site's search",
+    fix="separate the repeats with a required character they cannot both match (`\\d+\\D.*`), or "
+    "bound the gap (`.{0,200}`); never put a quantifier inside another",
+)
+def regex_linear_time(ctx: Context) -> Iterator[Finding]:
+    """Report a signature pattern that can take more than linear time on a line."""
+    from triage.core.safe_regex import hazards
+
+    for src, _, index, signature in signatures(ctx):
+        problem = hazards(signature.pattern)
+        if problem is not None:
+            line = ctx.line(src, "signatures", index, "pattern")
+            yield Finding(
+                src, line, f"signatures[{index}].pattern", f"regex can take super-linear time: {problem}"
+            )
