@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from probes.subproc import evidence
+from triage.core.errors import UserError, shown
 from triage.core.facts import Evidence, ProbeOptions, ProbeResult, Status
+from triage.core.files import Refused, read_regular
 
 NAME = "configs"
 KEY_FACTS = ("configs.accelerate_config", "configs.ds_config", "configs.ds_double_set")
@@ -51,26 +53,21 @@ def default_accelerate_config() -> Path:
 def read_mapping(path: Path, kind: str) -> dict[str, Any]:
     """A YAML or JSON file that must hold a mapping; ConfigError names what is wrong."""
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
-    if size > MAX_BYTES:
-        raise ConfigError(f"{path} is {size} bytes, too large for a {kind} config")
-    try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_regular(path, MAX_BYTES).decode("utf-8")
+    except Refused as exc:
+        raise ConfigError(f"{path}: {exc.strerror}") from exc
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start})") from exc
     try:
-        if kind == "DeepSpeed":
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
+        data = json.loads(text) if kind == "DeepSpeed" else _yaml_without_aliases(text)
+    except ConfigError as exc:
+        raise ConfigError(f"{path} {exc}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not valid JSON: line {exc.lineno}: {exc.msg}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{path} is nested too deeply for a {kind} config") from exc
     except Exception as exc:  # yaml.YAMLError and its parser errors
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -78,6 +75,44 @@ def read_mapping(path: Path, kind: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path} holds a {type(data).__name__}, not a {kind} config mapping")
     return data
+
+
+def _yaml_without_aliases(text: str, parse: bool = True) -> Any:
+    """yaml.safe_load, refusing aliases first: nested ones (a "billion laughs") expand exponentially
+    when the result is walked, and no Accelerate config uses them. With parse=False, only the check
+    (a text YAML cannot tokenize passes it)."""
+    import yaml
+
+    try:
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if isinstance(token, yaml.AliasToken):
+                raise ConfigError(f"uses a YAML alias (*{token.value}) at line {token.start_mark.line + 1}")
+    except yaml.YAMLError:
+        if parse:
+            raise
+        return None
+    return yaml.safe_load(text) if parse else None
+
+
+def check_option(flag: str, value: str | None, kind: str) -> None:
+    """A config path given on the command line, checked before any probe runs: UserError (exit 2)
+    naming the flag when the file is missing, unreadable, not a regular file (a FIFO would hang the
+    probe, /dev/zero fill memory), too large, or YAML with aliases. A config that merely does not
+    parse is left to the probe, which reports it as a finding."""
+    if value is None:
+        return
+    path = Path(value).expanduser()
+    try:
+        text = read_regular(path, MAX_BYTES).decode("utf-8", "replace")
+    except FileNotFoundError:
+        raise UserError(f"{flag}: no such file: {shown(value)}") from None
+    except OSError as exc:
+        raise UserError(f"{flag}: {shown(value)}: {exc.strerror or exc}") from None
+    if kind != "DeepSpeed":
+        try:
+            _yaml_without_aliases(text, parse=False)
+        except ConfigError as exc:
+            raise UserError(f"{flag}: {shown(value)} {exc}") from None
 
 
 def _get(data: dict[str, Any], dotted: str) -> Any:
@@ -100,6 +135,8 @@ def _set(value: Any) -> bool:
 
 @dataclass
 class ConfigReport:
+    """What the config probe found: facts, notes for people, and failures."""
+
     facts: dict[str, object] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from probes import launchers
 from probes.subproc import evidence
 from triage.core.facts import Evidence, ProbeOptions, ProbeResult, Status
 from triage.core.redact import redact_env
@@ -144,23 +145,20 @@ def inspect_env(env: Mapping[str, str]) -> ProbeResult:
     contract = "complete" if len(present) == len(CONTRACT) else "partial" if present else "absent"
     facts: dict[str, object] = {"env.launcher": launcher, "env.rank_contract": contract}
 
-    world = _int(env, "WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+    world = _int(env, *launchers.WORLD_SIZE)
     if world is not None:
         facts["env.world_size"] = world[1]
     facts["env.multi_process"] = bool(world and world[1] > 1)
 
     nodes = _int(env, "GROUP_WORLD_SIZE", "SLURM_NNODES")
-    node_rank = _int(env, "GROUP_RANK", "NODE_RANK", "SLURM_NODEID")
-    local_world = _int(env, "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
+    node_rank = _int(env, *launchers.NODE_RANK)
+    local_world = _int(env, *launchers.LOCAL_WORLD_SIZE)
     facts["env.multi_node"] = bool(
         (nodes and nodes[1] > 1)
         or (node_rank and node_rank[1] > 0)
         or (world and local_world and local_world[1] >= 1 and world[1] > local_world[1])
     )
-    facts["env.local_rank_set"] = any(
-        name in env
-        for name in ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
-    )
+    facts["env.local_rank_set"] = any(name in env for name in launchers.LOCAL_RANK)
     facts["env.nccl_debug"] = _nccl_debug(env.get("NCCL_DEBUG"))
     async_raw = env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", env.get("NCCL_ASYNC_ERROR_HANDLING"))
     facts["env.async_error_handling"] = (

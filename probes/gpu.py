@@ -56,6 +56,8 @@ HARDWARE_XIDS = {48, 63, 64, 74, 79, 92, 94, 95, 119, 120}
 
 @dataclass(frozen=True)
 class GpuProcess:
+    """A process holding memory on a GPU."""
+
     pid: int
     used_bytes: int | None
     name: str = ""
@@ -63,6 +65,8 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class Gpu:
+    """One GPU as NVML or nvidia-smi describes it."""
+
     index: int
     name: str
     uuid: str = ""
@@ -103,6 +107,8 @@ class Gpu:
 
 @dataclass
 class Snapshot:
+    """Every GPU the driver reports, read one way (NVML or nvidia-smi)."""
+
     source: str  # "nvml" or "nvidia-smi"
     gpus: list[Gpu]
     driver: str = ""
@@ -142,12 +148,7 @@ def collect_nvml(nvml: ModuleType) -> Snapshot:
     nvml_error = _nvml_error(nvml)
     nvml.nvmlInit()
     try:
-        driver = _text(nvml.nvmlSystemGetDriverVersion())
-        try:
-            cuda = int(nvml.nvmlSystemGetCudaDriverVersion())
-            cuda_driver = f"{cuda // 1000}.{cuda % 1000 // 10}"
-        except nvml_error:
-            cuda_driver = ""
+        driver, cuda_driver = driver_versions(nvml)
         gpus = [_read_gpu(nvml, nvml_error, index) for index in range(int(nvml.nvmlDeviceGetCount()))]
         p2p = _p2p_matrix(nvml, nvml_error, len(gpus))
         xids = _watch_xids(nvml, nvml_error, len(gpus), XID_WATCH_S)
@@ -189,6 +190,16 @@ def collect_nvml(nvml: ModuleType) -> Snapshot:
         )
     )
     return Snapshot("nvml", gpus, driver, cuda_driver, proof, p2p, xids)
+
+
+def driver_versions(nvml: ModuleType) -> tuple[str, str]:
+    """(driver version, the CUDA version the driver supports or "") from an initialised NVML."""
+    driver = _text(nvml.nvmlSystemGetDriverVersion())
+    try:
+        cuda = int(nvml.nvmlSystemGetCudaDriverVersion())
+    except _nvml_error(nvml):
+        return driver, ""
+    return driver, f"{cuda // 1000}.{cuda % 1000 // 10}"
 
 
 def _read_gpu(nvml: ModuleType, nvml_error: type[BaseException], index: int) -> Gpu:
@@ -720,18 +731,8 @@ def gpu_count() -> int:
 
 
 def inventory() -> dict[str, object]:
-    """GPU names and driver for the dist mini-test's per-rank report (cheap; empty without NVML)."""
-    try:
-        nvml = import_pynvml()
-        nvml.nvmlInit()
-    except Exception:
-        return {"gpus": [], "driver": ""}
-    try:
-        count = int(nvml.nvmlDeviceGetCount())
-        names = [_text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)]
-        return {"gpus": names, "driver": _text(nvml.nvmlSystemGetDriverVersion())}
-    except Exception:
-        return {"gpus": [], "driver": ""}
-    finally:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
+    """GPU names and driver for the dist mini-test's per-rank report (empty without NVML)."""
+    from probes.inventory import nvml_inventory  # that module builds on this one
+
+    driver, _, names, _ = nvml_inventory()
+    return {"gpus": list(names), "driver": driver}

@@ -34,6 +34,12 @@ class ProcessProbes:
         # The child program; tests give one that speaks the same protocol.
         self.command = command or [sys.executable, "-m", "probes.process"]
 
+    def shutdown(self) -> None:
+        """The app is closing: kill every probe process now (and any started from now on)."""
+        from triage.core import children
+
+        children.kill_owned(self)
+
     def run(self, name: str, options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
         import json
         import subprocess
@@ -48,7 +54,7 @@ class ProcessProbes:
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             child = children.popen(
                 self.command,
-                owner=cancel,
+                owner=self,
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=err,  # never the terminal: the app owns the screen

@@ -180,6 +180,7 @@ def query_torch(timeout_s: float, cancel: threading.Event) -> tuple[dict[str, ob
 
 
 def package_version(name: str) -> str | None:
+    """The installed version of a distribution, or None."""
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -196,6 +197,7 @@ def platform_name(system: str, release: str) -> str:
 
 
 def kernel_release() -> str:
+    """The running kernel's release string, or "" when it cannot be read."""
     try:
         return Path("/proc/sys/kernel/osrelease").read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
@@ -241,6 +243,7 @@ def check_known_bad(facts: dict[str, object]) -> tuple[list[str], Evidence]:
 
 
 def methods_evidence(facts: dict[str, object], how: dict[str, str]) -> Evidence:
+    """Evidence saying how each version fact was read."""
     lines = [
         f"{name} = {facts[name]!r}: {how[name]}" if name in facts else f"{name}: {how[name]}" for name in how
     ]

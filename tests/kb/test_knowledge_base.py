@@ -84,13 +84,13 @@ def test_kb_check_passes_including_compiled_freshness(run_cli: Callable[..., Cli
 def test_show_d9_is_a_complete_answer(run_cli: Callable[..., CliResult]) -> None:
     out = run_cli("show", "D9").stdout.decode()
     for part in (
-        "Why it happens",
+        "Root cause",
         "Fix",
         "DistributedSampler",
         "set_epoch",
         "Join",
         "drop_last",
-        "NEEDS EXPERIMENT VERIFICATION",
+        "RE-CHECK YOUR EXPERIMENT",
         "Related",
         "D22",
         "References",

@@ -95,13 +95,16 @@ def test_failing_probe_exits_5_and_points_at_the_entry(tmp_path: Path) -> None:
     [
         (
             ["probe", "nope"],
-            "triage: error: unknown probe 'nope'; the probes are: env, gpu, net, versions, configs, dist",
+            "triage: error: unknown probe 'nope'; the probes are: env, gpu, net, versions, configs, dist, lint, hang",
         ),
         (
             ["probe", "env", "--timeout", "0"],
             "triage: error: --timeout must be above 0 and at most 3600 seconds, not 0",
         ),
-        (["probe", "--accelerate-config", "/"], "triage: error: --accelerate-config: not a file: /"),
+        (
+            ["probe", "--accelerate-config", "/"],
+            "triage: error: --accelerate-config: '/': not a regular file (a FIFO, device, socket or directory)",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:

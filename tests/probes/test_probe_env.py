@@ -145,6 +145,7 @@ with open(os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.json"), "w") as f
 """
 
 
+@pytest.mark.slow  # starts torch processes
 def test_under_real_torchrun(tmp_path: Path) -> None:
     script = tmp_path / "probe_env.py"
     script.write_text(SCRIPT)

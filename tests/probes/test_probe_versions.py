@@ -114,6 +114,7 @@ def dist_info(site: Path, name: str, version: str, *requires: str) -> None:
     (folder / "METADATA").write_text("\n".join(headers) + "\n\n", encoding="utf-8")
 
 
+@pytest.mark.slow  # imports torch in a child process
 def test_this_machines_torch_read_from_files_matches_import_torch() -> None:
     truth = real_torch()
     probe, did = audited("probe", "versions")
@@ -170,6 +171,7 @@ def test_cuda_wheel_nccl_is_the_pip_distribution_torch_requires(
     assert did == {"writes": [], "processes": [], "torch_imported": False, "exit": 0}
 
 
+@pytest.mark.slow  # imports torch in a child process
 def test_cuda_build_without_pip_nccl_falls_back_to_importing_torch_in_a_child(shadow: Any) -> None:
     site = shadow("12.4")  # no dist-info: a source or conda build, whose NCCL no metadata names
     probe, did = audited("probe", "versions", site=site)

@@ -19,6 +19,7 @@ from triage.repro import SCENARIOS, Scenario
 from triage.repro.runner import processes_with_token, run
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),
     pytest.mark.skipif(sys.platform != "linux", reason="clean-up reads /proc"),
 ]

@@ -24,8 +24,8 @@ def test_without_a_terminal_the_app_points_to_walk_and_ask(run_cli: Run) -> None
 def test_bad_options_are_one_line_errors(run_cli: Run) -> None:
     done = run_cli("tui", "--probe-timeout", "0", stdin=b"")
     assert done.returncode == 2
-    assert (
-        done.stderr.decode().strip() == "triage: error: --probe-timeout must be a positive number of seconds"
+    assert done.stderr.decode().strip() == (
+        "triage: error: --probe-timeout must be above 0 and at most 3600 seconds, not 0"
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from triage.core.errors import UserError
+from triage.core.errors import UserError, shown
 from triage.core.model import Entry, KnowledgeBase, to_plain
 
 MAX_STDIN_BYTES = 1_000_000
@@ -37,15 +37,6 @@ def check_argv_text(text: str) -> str:
     return text
 
 
-MAX_SHOWN_ARG = 80
-
-
-def short_arg(text: str, limit: int = MAX_SHOWN_ARG) -> str:
-    """An argument as an error message may quote it: cut, and on one line."""
-    flat = text.replace("\n", " ").replace("\r", " ")
-    return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
-
-
 def require_entry(kb: KnowledgeBase, raw_id: str) -> Entry:
     entry = kb.entry(raw_id)
     if entry is None:
@@ -56,7 +47,7 @@ def require_entry(kb: KnowledgeBase, raw_id: str) -> Entry:
         known = ", ".join(
             f"{p}{min(n)}-{p}{max(n)}" if len(n) > 1 else f"{p}{n[0]}" for p, n in prefixes.items()
         )
-        raise UserError(f"unknown entry id {short_arg(raw_id)}; known ids: {known} (see `triage list`)")
+        raise UserError(f"unknown entry id {shown(raw_id)}; known ids: {known} (see `triage list`)")
     return entry
 
 

@@ -8,10 +8,7 @@ import sys
 
 from triage.core.exitcodes import Exit
 
-HELP = (
-    "validate the knowledge base (check), regenerate compiled.json (build), list error codes (codes), "
-    "write a new entry's skeleton (new ID --section S)"
-)
+HELP = "check, build or extend the knowledge base (check, build, codes, new)"
 DESCRIPTION = (
     "check: validate every file of the knowledge base and that compiled.json is up to date (exit 2 on any "
     "problem). build: validate, then write compiled.json (and, in the project's knowledge dir, the schema "
@@ -23,6 +20,7 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument("action", choices=["check", "build", "codes", "new"], help="what to do")
     parser.add_argument("id", nargs="?", help="new: the entry id (D24, E20, X7, ...)")
     parser.add_argument("--section", help="new: the section id from sections.yaml")
@@ -31,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     import json
 
     if args.action == "codes":
@@ -92,8 +91,7 @@ def _new(args: argparse.Namespace) -> int:
     """Write the skeleton of a new entry and say what to do next."""
     import json
 
-    from triage.cli._common import short_arg
-    from triage.core.errors import UserError
+    from triage.core.errors import UserError, shown
     from triage.kb import skeleton
     from triage.kb.paths import knowledge_dir
     from triage.kb.sources import read_sources
@@ -117,7 +115,7 @@ def _new(args: argparse.Namespace) -> int:
         raise UserError(f"kb new needs --section: one of {', '.join(known)}")
     if args.section not in known:
         raise UserError(
-            f"--section {short_arg(args.section)} is not in sections.yaml: use one of {', '.join(known)}"
+            f"--section {shown(args.section)} is not in sections.yaml: use one of {', '.join(known)}"
         )
     prefix = skeleton.file_name(entry_id, "x").rsplit("-", 1)[0] + "-"
     for src in sources.entries:

@@ -13,7 +13,7 @@ import sys
 from triage.core.errors import UserError
 from triage.core.exitcodes import Exit
 
-HELP = "run a real failure reproduction (CPU, gloo) and diagnose its output: triage repro D20"
+HELP = "watch a real failure happen on CPU, then diagnose it"
 DESCRIPTION = (
     "Run one of the bundled failure reproductions under real torch (gloo on CPU), bounded in time "
     "and cleaned up afterwards, print its output, then run `triage log` on that output. "
@@ -22,13 +22,15 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument("id", nargs="?", help="the reproduction to run (an entry id: D1, D20, MN3, ...)")
     parser.add_argument("--list", action="store_true", help="list the reproductions")
     parser.add_argument("--save", metavar="FILE", help="also write the captured output to FILE")
 
 
 def run(args: argparse.Namespace) -> int:
-    from triage.cli._common import short_arg
+    """Run the command; returns its exit status."""
+    from triage.core.errors import shown
     from triage.repro import SCENARIOS, find
 
     if args.list or args.id is None:
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     scenario = find(args.id) if args.id.strip() else None
     if scenario is None:
         known = ", ".join(s.id for s in SCENARIOS)
-        raise UserError(f"no reproduction for {short_arg(args.id)}; there are: {known}")
+        raise UserError(f"no reproduction for {shown(args.id)}; there are: {known}")
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
@@ -74,18 +76,18 @@ def run(args: argparse.Namespace) -> int:
 def _check_writable(path: str) -> None:
     import os
 
-    from triage.cli._common import short_arg
+    from triage.core.errors import shown
 
-    shown = short_arg(path)
+    name = shown(path)
     if not path.strip():
         raise UserError("--save: the file name is empty")
     if os.path.isdir(path):
-        raise UserError(f"--save {shown}: is a directory; name a file")
+        raise UserError(f"--save {name}: is a directory; name a file")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise UserError(f"--save {shown}: the directory {short_arg(parent)} does not exist")
+        raise UserError(f"--save {name}: the directory {shown(parent)} does not exist")
     if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise UserError(f"--save {shown}: cannot be written (permission denied)")
+        raise UserError(f"--save {name}: cannot be written (permission denied)")
 
 
 def _diagnose(output: str, name: str) -> int:
@@ -100,5 +102,5 @@ def _diagnose(output: str, name: str) -> int:
     source = scanner.source(f"repro-{name}.log")
     scanner.feed_block(source, output.encode("utf-8"), 1)
     verdict = decide(scanner.scan, kb)
-    log.print_verdict(scanner.scan, verdict, kb, top=3)
+    log.emit(log.verdict_text(scanner.scan, verdict, kb, top=3))
     return Exit.OK if verdict.found else Exit.NOT_FOUND

@@ -1,5 +1,15 @@
-"""The one exception type front ends turn into a single line and exit status 2."""
+"""The one exception type front ends turn into a single line and exit status 2, and how such a line
+quotes what the user gave (cut short: an argument can be 100 KB, and a message stays one line)."""
+
+MAX_SHOWN = 80
 
 
 class UserError(Exception):
     """Bad input from the user or a broken knowledge file: reported in one line, no traceback."""
+
+
+def shown(text: object, limit: int = MAX_SHOWN) -> str:
+    """`text` quoted for a one-line message: repr'd, on one line, at most about `limit` characters."""
+    flat = " ".join(str(text).splitlines()) if not isinstance(text, str) else text.replace("\n", " ")
+    flat = flat.replace("\r", " ")
+    return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")

@@ -28,7 +28,7 @@ from triage.core.model import (
     to_plain,
 )
 
-FORMAT = 2
+FORMAT = 3  # 3: signatures carry their bounded pattern and reach
 DOC_FIELDS = ("root_cause", "fix")
 
 
@@ -64,6 +64,7 @@ def with_docs(kb: KnowledgeBase) -> KnowledgeBase:
 
 
 def to_json(kb: KnowledgeBase, fingerprint: str) -> str:
+    """The knowledge base as compiled.json text."""
     payload = {
         "format": FORMAT,
         "fingerprint": fingerprint,
@@ -78,16 +79,23 @@ def to_json(kb: KnowledgeBase, fingerprint: str) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), sort_keys=False) + "\n"
 
 
+MAX_COMPILED_BYTES = 64 << 20
+
+
 def read(path: str) -> dict[str, Any] | None:
+    """The compiled knowledge, or None when it is missing, unreadable or not ours (then the YAML
+    sources are used, and `kb check` says why)."""
+    from triage.kb.fingerprint import read_source
+
     try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read())
-    except (OSError, ValueError):
+        data = json.loads(read_source(path, MAX_COMPILED_BYTES))
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and data.get("format") == FORMAT else None
 
 
 def from_json(data: dict[str, Any]) -> KnowledgeBase:
+    """The knowledge base from compiled.json data."""
     entries = {}
     for raw in data["entries"]:
         entry = Entry(

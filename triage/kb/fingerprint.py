@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import zlib
 
-StrPath = str | os.PathLike[str]
+from triage.core.files import StrPath, read_regular
+
+MAX_SOURCE_BYTES = 1 << 20  # a knowledge file is a few KB; a bigger one is a mistake or an attack
 
 ENTRY_DIR = "entries"
 TOP_FILES = ("sections.yaml", "facts.yaml", "graph.yaml", "vocabulary.yaml")
@@ -28,16 +30,21 @@ def source_files(root: StrPath) -> list[str]:
     return [*(os.path.join(root, n) for n in TOP_FILES), *(os.path.join(entries, n) for n in names)]
 
 
+def read_source(path: StrPath, limit: int = MAX_SOURCE_BYTES) -> bytes:
+    """A knowledge file's bytes; a FIFO, a device (/dev/zero) or a huge file is an OSError."""
+    return read_regular(path, limit)
+
+
 def fingerprint(root: StrPath) -> str:
+    """A cheap fingerprint of every source file (CRC-32 and total size)."""
     crc = 0
     total = 0
     for path in source_files(root):
         crc = zlib.crc32(os.path.basename(path).encode() + b"\0", crc)
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
+            data = read_source(path)
         except OSError:
-            data = b"<missing>"
+            data = b"<unreadable>"
         crc = zlib.crc32(data + b"\0", crc)
         total += len(data)
     return f"{crc:08x}-{total}"

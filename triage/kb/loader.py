@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 
-from triage.core.errors import UserError
+from triage.core.errors import UserError, shown
+from triage.core.files import StrPath
 from triage.core.model import KnowledgeBase
 from triage.kb import compiled
-from triage.kb.fingerprint import COMPILED_NAME, StrPath, fingerprint
+from triage.kb.fingerprint import COMPILED_NAME, fingerprint
 from triage.kb.paths import knowledge_root
 
 
@@ -15,7 +16,7 @@ def load_kb(root: StrPath | None = None, *, use_compiled: bool = True) -> Knowle
     """The validated knowledge base; raises UserError (one line) when the sources are invalid."""
     root = os.fspath(root) if root is not None else knowledge_root()
     if not os.path.isdir(root):
-        raise UserError(f"knowledge directory not found: {root}")
+        raise UserError(f"knowledge directory not found: {shown(str(root))}")
     if use_compiled:
         data = compiled.read(os.path.join(root, COMPILED_NAME))
         if data is not None and data.get("fingerprint") == fingerprint(root):

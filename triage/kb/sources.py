@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triage.core.errors import UserError
-from triage.kb.fingerprint import COMPILED_NAME, fingerprint, source_files
+from triage.core.errors import UserError, shown
+from triage.kb.fingerprint import COMPILED_NAME, fingerprint, read_source, source_files
 
 __all__ = ["COMPILED_NAME", "SourceFile", "Sources", "fingerprint", "read_sources", "source_paths"]
 
@@ -19,6 +19,8 @@ def source_paths(root: Path) -> list[Path]:
 
 @dataclass
 class SourceFile:
+    """One knowledge file: its text, parsed data, or why it could not be read."""
+
     path: Path
     rel: str  # path relative to the knowledge directory's parent, for messages
     text: str | None = None
@@ -29,6 +31,8 @@ class SourceFile:
 
 @dataclass
 class Sources:
+    """Every knowledge file of one directory."""
+
     root: Path
     entries: list[SourceFile] = field(default_factory=list)
     top: dict[str, SourceFile] = field(default_factory=dict)
@@ -49,12 +53,12 @@ def read_sources(root: Path) -> Sources:
     from triage.kb import yaml_lines
 
     if not root.is_dir():
-        raise UserError(f"knowledge directory not found: {root}")
+        raise UserError(f"knowledge directory not found: {shown(str(root))}")
     sources = Sources(root=root)
     for path in source_paths(root):
         item = SourceFile(path=path, rel=_display(path, root))
         try:
-            item.text = path.read_bytes().decode("utf-8")
+            item.text = read_source(path).decode("utf-8")
         except FileNotFoundError:
             item.error = "file is missing"
         except UnicodeDecodeError as exc:

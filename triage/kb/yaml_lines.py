@@ -26,7 +26,18 @@ class LineList(list[Any]):
 
 
 class _Loader(yaml.SafeLoader):
-    pass
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        # An alias shares a node; a few nested ones ("billion laughs") make a document whose
+        # walk is exponential in its size. Knowledge files have no use for them.
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                "aliases (*name) are not allowed in knowledge files; write the value out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
@@ -74,6 +85,8 @@ def parse(text: str) -> Any:
         raise YamlSyntaxError(problem, line) from exc
     except yaml.YAMLError as exc:
         raise YamlSyntaxError(str(exc).splitlines()[0], 0) from exc
+    except RecursionError:
+        raise YamlSyntaxError("nested too deeply", 0) from None
 
 
 def line_of(container: Any, key: Any, default: int = 0) -> int:

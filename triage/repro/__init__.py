@@ -23,6 +23,8 @@ _DDP_UNDER_DETAIL = {
 
 @dataclass(frozen=True)
 class Scenario:
+    """A reproduction: the script, how to launch it, and what it should show."""
+
     id: str  # the scenario's name on the command line (the entry it reproduces, mostly)
     title: str
     script: str  # file in this package
@@ -229,6 +231,7 @@ SCENARIOS: tuple[Scenario, ...] = (
 
 
 def find(scenario_id: str) -> Scenario | None:
+    """The scenario with this id (case and zero padding forgiven), or None."""
     from triage.core.model import normalize_id
 
     wanted = normalize_id(scenario_id)

@@ -65,7 +65,11 @@ def test_lines_without_a_rank_prefix_are_left_alone(line: str) -> None:
     ("line", "rank", "body"),
     [
         ("2024-05-01T12:00:00.123456789Z [default1]:[rank1]: boom", 1, "boom"),
-        ("2024-05-01T12:00:00.123456Z Traceback (most recent call last):", None, "Traceback (most recent call last):"),
+        (
+            "2024-05-01T12:00:00.123456Z Traceback (most recent call last):",
+            None,
+            "Traceback (most recent call last):",
+        ),
         ("[2024-05-01 12:00:00,123] step 4", None, "step 4"),
         (
             "(RayWorkerWrapper pid=1890, ip=10.41.0.8) [rank8]:[E ProcessGroupGloo.cpp:144] Gloo connectFullMesh",
@@ -82,7 +86,11 @@ def test_lines_without_a_rank_prefix_are_left_alone(line: str) -> None:
             3,
             "transport.cc:154 NCCL WARN x",
         ),
-        ("gpu617:22841:22841 [0] bootstrap.cc:37 NCCL WARN Bootstrap : no socket", 0, "bootstrap.cc:37 NCCL WARN Bootstrap : no socket"),
+        (
+            "gpu617:22841:22841 [0] bootstrap.cc:37 NCCL WARN Bootstrap : no socket",
+            0,
+            "bootstrap.cc:37 NCCL WARN Bootstrap : no socket",
+        ),
         ("[trainer3]:host1:1958:1958 [1] NCCL INFO Using eth2", 3, "NCCL INFO Using eth2"),
     ],
 )

@@ -1,0 +1,39 @@
+"""Reading a file a user or a knowledge directory names, without hanging and without filling memory.
+
+`open()` on a FIFO waits for a writer that may never come, /dev/zero never ends, and a
+multi-gigabyte "config" fills memory. `read_regular` opens without blocking, takes only regular
+files, and stops past a size limit; whatever it refuses is an OSError naming the reason, so
+callers report it as they report a missing file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+StrPath = str | os.PathLike[str]
+
+
+class Refused(OSError):
+    """Not a regular file, or over the size limit (`strerror` says which)."""
+
+
+def read_regular(path: StrPath, limit: int) -> bytes:
+    """The bytes of the regular file at `path` (links followed), at most `limit` of them."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Refused(0, "not a regular file (a FIFO, device, socket or directory)", os.fspath(path))
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            chunk = os.read(fd, max(1, min(1 << 20, limit + 1 - total)))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise Refused(0, f"larger than {limit:,} bytes", os.fspath(path))
+    finally:
+        os.close(fd)
