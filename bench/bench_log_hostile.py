@@ -99,13 +99,17 @@ def main() -> int:
             seconds, rss, code = run(path)
             path.unlink()
             results[name] = (written / (1 << 20) / seconds, rss)
-            print(f"{name:<28} {written / (1 << 20):8.0f} MB {seconds:7.1f} s {results[name][0]:8.1f} MB/s "
-                  f"peak RSS {rss:6.1f} MiB (exit {code})")
+            print(
+                f"{name:<28} {written / (1 << 20):8.0f} MB {seconds:7.1f} s {results[name][0]:8.1f} MB/s "
+                f"peak RSS {rss:6.1f} MiB (exit {code})"
+            )
     base = results["ordinary"][0]
     hits = results["every line a hit"][0]
     rising_rss = results["new rank prefix every line"][1]
     print(f"every-line-a-hit throughput: {hits / base:.2f} of ordinary (target >= {SPEED_TARGET:g})")
-    print(f"peak RSS with a new rank prefix on every line: {rising_rss:.1f} MiB (target < {MEMORY_TARGET_MIB})")
+    print(
+        f"peak RSS with a new rank prefix on every line: {rising_rss:.1f} MiB (target < {MEMORY_TARGET_MIB})"
+    )
     return 0 if hits / base >= SPEED_TARGET and rising_rss < MEMORY_TARGET_MIB else 1
 
 

@@ -15,29 +15,24 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from dataclasses import asdict
 from typing import Any
 
-from triage.core.facts import Evidence, ProbeOptions, ProbeResult
+from triage.core.facts import ProbeOptions, ProbeResult
 
 
 def result_to_json(result: ProbeResult) -> str:
-    return json.dumps(asdict(result), default=str)
+    """One JSON line for the parent."""
+    return json.dumps(result.to_plain(), default=str)
 
 
 def result_from_json(text: str) -> ProbeResult:
+    """The child's JSON line as a ProbeResult."""
     data: dict[str, Any] = json.loads(text)
-    return ProbeResult(
-        name=str(data["name"]),
-        status=data["status"],
-        facts=dict(data.get("facts", {})),
-        evidence=tuple(Evidence(str(e["source"]), str(e["output"])) for e in data.get("evidence", ())),
-        duration_s=float(data.get("duration_s", 0.0)),
-        summary=str(data.get("summary", "")),
-    )
+    return ProbeResult.from_plain(data)
 
 
 def main() -> int:
+    """Run one probe named on stdin and write its result as a JSON line."""
     from triage.core import children
 
     children.watch_parent()  # the app died without stopping this probe: stop with it

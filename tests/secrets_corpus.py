@@ -43,12 +43,16 @@ AWS_SECRET = _j("wJalrXUtnFEMI/K7MDENG/", "bPxRfiCYEXAMPLEKEY")
 AIZA = _j("AIza", "SyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY")
 YA29 = _j("ya29.", "a0AfH6SMBx-abcdefGHIJKLmnopQRSTuvw")
 GREFRESH = _j("1//0", "4dX9yZ8wV7uT6sR5qP4oN3mL2kJ1iH0gF")
-JWT = _j("eyJhbGciOiJIUzI1NiJ9.", "eyJzdWIiOiIxMjM0NTY3ODkwIn0.", "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U")
+JWT = _j(
+    "eyJhbGciOiJIUzI1NiJ9.", "eyJzdWIiOiIxMjM0NTY3ODkwIn0.", "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+)
 NPM = _j("npm_", "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8")
 PYPI = _j("pypi-", "AgEIcHlwaS5vcmcCJDU3ZmE2ZjE1LWJiNzEtNGQ2Yi05NDM3")
 DAPI = _j("dapi", "0123456789abcdef0123456789abcdef")
 SENDGRID = _j("SG.", "ngeVfQFYQlKU0ufo8x5d1A.", "TwL2iGABf9DHoTf-09kqeF8tAmbihYzrnopKc-1s5cr")
-DISCORD = _j("https://discord.com/api/webhooks/", "123456789012345678/", "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789")
+DISCORD = _j(
+    "https://discord.com/api/webhooks/", "123456789012345678/", "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+)
 WANDB_NEW = _j("wandb_v1_", "AbCdEfGhIjKlMnOpQrStUvWx0123")
 WANDB_HEX = _j("0123456789abcdef", "0123456789abcdef", "01234567")
 VAULT = _j("hvs.", "CAESIJLgFmcSk8e6ZxS0MvGAbCdEf")
@@ -103,8 +107,12 @@ SHAPES: tuple[Shape, ...] = (
     Shape("url password with /", "s3 proxy http://carol:pa/ss9word@10.0.0.5:3128/", ("pa/ss9word",)),
     Shape("redis password", "redis://:r3disPassw0rd@cache.internal:6379/0", ("r3disPassw0rd",)),
     Shape("database url", "DATABASE_URL=postgres://app:pgS3cretPw@db:5432/train", ("pgS3cretPw",)),
-    Shape("sentry dsn", f"sentry_sdk.init('https://{SENTRY_KEY}@o12345.ingest.sentry.io/678')", (SENTRY_KEY,)),
-    Shape("token in a query", "GET https://api.example.com/v1/x?a=b&token=QwErTy123456789", ("QwErTy123456789",)),
+    Shape(
+        "sentry dsn", f"sentry_sdk.init('https://{SENTRY_KEY}@o12345.ingest.sentry.io/678')", (SENTRY_KEY,)
+    ),
+    Shape(
+        "token in a query", "GET https://api.example.com/v1/x?a=b&token=QwErTy123456789", ("QwErTy123456789",)
+    ),
     Shape("access token in a query", "https://h/cb?access_token=AbC123dEf456&state=1", ("AbC123dEf456",)),
     Shape(
         "azure sas signature",
@@ -145,15 +153,35 @@ SHAPES: tuple[Shape, ...] = (
     Shape("token flag", "huggingface-cli login --token " + HF, (HF,)),
     Shape("hf token flag", "accelerate launch --hf-token=Tok3nValue99 train.py", ("Tok3nValue99",)),
     Shape("curl basic auth", "curl -u deploy:Sup3rS3cret! https://ci/api", ("Sup3rS3cret!",)),
-    Shape("quoted multi-word password", 'DB_PASSWORD="correct horse battery staple"', ("correct horse battery staple",)),
+    Shape(
+        "quoted multi-word password",
+        'DB_PASSWORD="correct horse battery staple"',
+        ("correct horse battery staple",),
+    ),
     Shape("json password", '{"user": "ml", "password": "p@ss w0rd!", "port": 5432}', ("p@ss w0rd!",)),
     Shape("yaml password", "  password: yamlS3cret", ("yamlS3cret",)),
-    Shape("kaggle json", '{"username":"alice","key":"0123abcd4567ef890123abcd4567ef89"}', ("0123abcd4567ef890123abcd4567ef89",)),
+    Shape(
+        "kaggle json",
+        '{"username":"alice","key":"0123abcd4567ef890123abcd4567ef89"}',
+        ("0123abcd4567ef890123abcd4567ef89",),
+    ),
     Shape("ini secret", "client_secret = GOCSPX-AbCdEfGhIjKlMnOp", ("GOCSPX-AbCdEfGhIjKlMnOp",)),
     # Variable names that say secret, whatever the value looks like.
-    Shape("api keys variable", "OPENAI_API_KEYS=plainvalue1,plainvalue2", ("plainvalue1",), "OPENAI_API_KEYS"),
-    Shape("proxy authorization variable", "HTTPS_PROXY_AUTHORIZATION=proxyCred99", ("proxyCred99",), "HTTPS_PROXY_AUTHORIZATION"),
-    Shape("tokenizer secret variable", "HF_TOKENIZER_SECRET=tokSecret77", ("tokSecret77",), "HF_TOKENIZER_SECRET"),
+    Shape(
+        "api keys variable", "OPENAI_API_KEYS=plainvalue1,plainvalue2", ("plainvalue1",), "OPENAI_API_KEYS"
+    ),
+    Shape(
+        "proxy authorization variable",
+        "HTTPS_PROXY_AUTHORIZATION=proxyCred99",
+        ("proxyCred99",),
+        "HTTPS_PROXY_AUTHORIZATION",
+    ),
+    Shape(
+        "tokenizer secret variable",
+        "HF_TOKENIZER_SECRET=tokSecret77",
+        ("tokSecret77",),
+        "HF_TOKENIZER_SECRET",
+    ),
     Shape("cookie variable", "SESSION_COOKIE=cookieVal55", ("cookieVal55",), "SESSION_COOKIE"),
     Shape("passphrase variable", "GPG_PASSPHRASE=open sesame now", ("open sesame now",), "GPG_PASSPHRASE"),
     Shape("pwd variable", "MYSQL_PWD=mysqlPwd33", ("mysqlPwd33",), "MYSQL_PWD"),

@@ -10,10 +10,12 @@ Command modules import their heavy dependencies inside `run`, keeping `triage as
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
 from types import ModuleType
+from typing import TextIO
 
 from triage import __version__
 from triage.core.errors import UserError, shown
@@ -26,7 +28,8 @@ DEFAULT_COMMAND = "tui"  # `triage` with no arguments opens the interactive app 
 _CLI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli")
 # Commands that belong to a front end other than the terminal one.
 _FRONT_END_COMMANDS = {"tui": "triage.tui.command", "docs": "triage.site.command"}
-_GLOBAL_OPTIONS_WITH_VALUE = ("--kb",)
+_GLOBAL_OPTIONS_WITH_VALUE = ("--kb", "--script")
+_DESCRIBES_ALL = ("completion",)  # commands that need every other command's parser
 
 
 def _command_names() -> list[str]:
@@ -55,7 +58,7 @@ def _command_modules(argv: list[str]) -> dict[str, ModuleType]:
     """Import the command that will run; all of them only when help or an error needs the full list."""
     names = _command_names()
     chosen = _chosen(argv, names)
-    wanted = [chosen] if chosen else names
+    wanted = [chosen] if chosen and chosen not in _DESCRIBES_ALL else names
     return {name: importlib.import_module(_module_path(name)) for name in wanted}
 
 
@@ -67,27 +70,58 @@ class _Formatter(argparse.HelpFormatter):
         self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None
     ) -> None:
         if width is None:
-            try:
-                width = os.get_terminal_size(sys.stderr.fileno()).columns - 2
-            except (OSError, ValueError):
-                width = 98
+            width = terminal_columns() - 2
         super().__init__(prog, indent_increment, max_help_position, width)
 
 
+def terminal_columns() -> int:
+    """COLUMNS when set (as shutil reads it), else the terminal's width, else 100."""
+    raw = os.environ.get("COLUMNS", "")
+    if raw.isdigit() and int(raw) > 20:
+        return int(raw)
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError):
+        return 100
+
+
+class _RawEpilogFormatter(_Formatter):
+    """Keeps the epilog's line breaks (one example line, one line on completion)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "\n".join(indent + line for line in text.splitlines())
+        return super()._fill_text(text, width, indent)
+
+
 def build_parser(modules: dict[str, ModuleType]) -> argparse.ArgumentParser:
+    """The `triage` parser with a subcommand per command module."""
     parser = argparse.ArgumentParser(
         prog="triage",
-        formatter_class=_Formatter,
+        formatter_class=_RawEpilogFormatter,
         description=(
             "Symptom-to-fix triage for distributed PyTorch jobs (torchrun, DDP, FSDP, DeepSpeed, "
             "Accelerate, NCCL, multi-node). Run with no command for the interactive app."
         ),
-        epilog='Examples:  triage ask "hangs at end of epoch"   |   triage show D9   |   triage list',
+        epilog=(
+            "examples:\n"
+            '  triage ask "hangs at end of epoch"   the likely cause and its fix\n'
+            "  triage log train.log                 diagnose a failed run's output\n"
+            "  triage report --out issue.md         what a bug report needs, secrets redacted\n"
+            '  eval "$(triage completion bash)"     tab completion (also zsh and fish)\n'
+            "Every command has --help."
+        ),
     )
-    parser.add_argument("--version", action="version", version=f"triage {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"triage {__version__}")
     parser.add_argument("--kb", metavar="DIR", help="use this knowledge directory instead of the bundled one")
     parser.add_argument(
         "--no-color", action="store_true", help="plain output even on a terminal (NO_COLOR works too)"
+    )
+    parser.add_argument(
+        "--script",
+        dest="global_script",
+        metavar="PATH",
+        help="your training script, for the commands that read it (the app, walk, probe): same as their --script",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in sorted(modules.items()):
@@ -101,11 +135,50 @@ def build_parser(modules: dict[str, ModuleType]) -> argparse.ArgumentParser:
     return parser
 
 
+class _PipeSafeStdout:
+    """stdout that turns a reader going away (`triage log big.log | head -1`) into silence.
+
+    Without it the exit status would depend on the race between the reader closing the pipe and
+    the command printing: BrokenPipeError, or not. With it the command runs to its end and exits
+    with the status its result deserves, whatever the reader did."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.broken = False
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._silence()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._silence()
+
+    def _silence(self) -> None:
+        self.broken = True
+        # Point the descriptor at /dev/null so the interpreter's own flush at exit succeeds too.
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
 # Commands whose output is not a text stream: the app draws the terminal itself, docs writes files.
 _UNREDACTED_COMMANDS = ("tui", "docs")
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `triage` command: run it with every line it prints redacted; returns the exit status."""
     streams = (sys.stdout, sys.stderr)
     argv = list(sys.argv[1:] if argv is None else argv)
     if _chosen(argv, _command_names()) not in _UNREDACTED_COMMANDS and argv:
@@ -120,8 +193,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    """Parse the command line, run the command, and turn errors into exit codes."""
     debug = bool(os.environ.get("TRIAGE_DEBUG"))
     install_signal_handlers()  # SIGTERM unwinds like Ctrl-C, so no child is left behind
+    if not isinstance(sys.stdout, _PipeSafeStdout) and sys.stdout is not None:
+        sys.stdout = _PipeSafeStdout(sys.stdout)
     try:
         modules = _command_modules(argv)
         parser = build_parser(modules)
@@ -138,6 +214,11 @@ def _main(argv: list[str]) -> int:
             return Exit.OK
         if args.command is None:
             args = parser.parse_args([*argv, name])
+        if args.global_script is not None:
+            if not hasattr(args, "script"):
+                raise UserError(f"--script: `triage {name}` does not read a training script")
+            args.script = args.script or args.global_script
+        args.root_parser = parser  # `triage completion` describes the whole command line
         return int(modules[name].run(args))
     except UserError as exc:
         print(f"triage: error: {exc}", file=sys.stderr)

@@ -41,8 +41,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _under_launcher() -> bool:
-    env = os.environ
-    return ("RANK" in env and "WORLD_SIZE" in env) or "SLURM_PROCID" in env or "OMPI_COMM_WORLD_RANK" in env
+    from probes.launchers import under_launcher
+
+    return under_launcher(os.environ)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from probes import launchers
 from probes.dist.protocol import (
     FAULT_ENV,
     FAULT_EXIT_CODE,
@@ -32,6 +33,7 @@ from probes.dist.protocol import (
     report_key,
     state_key,
 )
+from probes.launchers import first_int
 from triage.core import children
 from triage.core.exitcodes import Exit
 from triage.core.redact import is_secret_name, redact_text
@@ -41,14 +43,6 @@ CHILD_ENV = "TRIAGE_DIST_CHILD"  # set by the local launcher, which hosts the st
 RUN_ENV = "TRIAGE_DIST_RUN"
 GLOO_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20)
 NCCL_SIZES = (64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20)
-
-
-def _first_int(env: Mapping[str, str], *names: str) -> int | None:
-    for name in names:
-        raw = env.get(name, "").strip()
-        if raw.isdigit():
-            return int(raw)
-    return None
 
 
 @dataclass
@@ -74,16 +68,16 @@ class WorkerConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str], **options: Any) -> WorkerConfig:
         """From torchrun's variables, SLURM's or Open MPI's; raises ValueError naming what is missing."""
-        rank = _first_int(env, "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
-        world = _first_int(env, "WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+        rank = first_int(env, launchers.RANK)
+        world = first_int(env, launchers.WORLD_SIZE)
         if rank is None or world is None:
             raise ValueError("RANK and WORLD_SIZE (or SLURM_PROCID and SLURM_NTASKS) must be set for a worker")
-        local_rank = _first_int(env, "LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK") or 0
-        node = _first_int(env, "GROUP_RANK", "NODE_RANK", "SLURM_NODEID") or 0
+        local_rank = first_int(env, launchers.LOCAL_RANK) or 0
+        node = first_int(env, launchers.NODE_RANK) or 0
         addr = env.get("MASTER_ADDR", "").strip()
         if not addr:
             raise ValueError("MASTER_ADDR must name the host of rank 0 (torchrun sets it; under srun export it)")
-        port = _first_int(env, "MASTER_PORT") or 29500
+        port = first_int(env, ("MASTER_PORT",)) or 29500
         child = env.get(CHILD_ENV) == "1"
         agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
         if child:

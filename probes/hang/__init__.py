@@ -7,17 +7,16 @@ the context of the lines the ranks are stuck on. Nothing is started that outlive
 
 from __future__ import annotations
 
+import os
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from probes.hang.discover import LOCAL_WORLD_VARS, WORLD_VARS, Proc, find_ranks
-from probes.hang.pyspy import StackUnreadable, sample
-from triage.core.hang.classify import is_library
-from triage.core.hang.source_context import line_context
-from triage.core.hang.stacks import LineContext, RankSample
-
-MAX_SOURCE_BYTES = 4 << 20
+from probes.hang.discover import LOCAL_WORLD_VARS, WORLD_VARS, Proc, all_procs, find_ranks, launcher_of
+from probes.hang.pyspy import StackUnreadable, missing_message, pyspy_binary, sample
+from probes.hang.sources import Sources
+from triage.core.hang.stacks import RankSample
 
 
 class NoJob(Exception):
@@ -29,19 +28,8 @@ def _job_key(proc: Proc) -> tuple[str, str, str]:
     return (env.get("TORCHELASTIC_RUN_ID", ""), env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""))
 
 
-def _source(path: str, cache: dict[str, str | None]) -> str | None:
-    if path not in cache:
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_SOURCE_BYTES + 1)
-            cache[path] = None if len(data) > MAX_SOURCE_BYTES else data.decode("utf-8", errors="replace")
-        except OSError:
-            cache[path] = None
-    return cache[path]
-
-
-def _read_rank(proc: Proc, host: str, timeout_s: float, cache: dict[str, str | None]) -> RankSample:
-    identity = RankSample(
+def _identity(proc: Proc, host: str) -> RankSample:
+    return RankSample(
         pid=proc.pid,
         host=host,
         rank=proc.rank,
@@ -49,23 +37,32 @@ def _read_rank(proc: Proc, host: str, timeout_s: float, cache: dict[str, str | N
         world_size=proc.first(WORLD_VARS),
         local_world_size=proc.first(LOCAL_WORLD_VARS),
     )
+
+
+def _read_rank(proc: Proc, host: str, timeout_s: float, deadline: float, sources: Sources) -> RankSample:
+    identity = _identity(proc, host)
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return replace(identity, error=f"not read: the {timeout_s * 2:g} s allowed for all ranks ran out")
     try:
-        dump, moving = sample(proc.pid, timeout_s)
+        dump, moving = sample(proc.pid, min(timeout_s, left))
     except StackUnreadable as exc:
-        return replace(identity, error=str(exc))
-    contexts: dict[str, LineContext] = {}
-    for frame in dump.frames:
-        if not is_library(frame.file):
-            text = _source(frame.file, cache)
-            if text is not None:
-                contexts[frame.where()] = line_context(text, frame.line)
+        return replace(identity, error=str(exc), gone=not os.path.exists(f"/proc/{proc.pid}"))
+    contexts = sources.contexts(dump.frames)
     return replace(identity, frames=dump.frames, active=dump.active, moving=moving, contexts=contexts)
 
 
-def collect(pids: list[int] | None = None, timeout_s: float = 5.0) -> tuple[list[RankSample], list[str]]:
-    """Every rank's sample, and notes (other jobs seen, ...). Raises NoJob when there is none."""
+def collect(
+    pids: list[int] | None = None, timeout_s: float = 5.0
+) -> tuple[list[RankSample], list[str], list[Proc]]:
+    """Every rank's sample, notes (other jobs seen, ...) and the rank processes. Raises NoJob when
+    there is none.
+
+    The ranks are read a few at a time (twice the cores, at least 4, at most 16), all within twice
+    `timeout_s`: a rank not reached by then is reported as not read."""
+    procs = all_procs()
     try:
-        ranks = find_ranks(pids)
+        ranks = find_ranks(pids, procs)
     except (LookupError, PermissionError) as exc:
         raise NoJob(str(exc)) from None
     if not ranks:
@@ -91,8 +88,15 @@ def collect(pids: list[int] | None = None, timeout_s: float = 5.0) -> tuple[list
             + "; choose one with --pid"
         )
         ranks = chosen
+    launchers = {id(p): p for p in (launcher_of(r, procs) for r in ranks) if p is not None}
+    for launcher in sorted(launchers.values(), key=lambda p: p.pid):
+        notes.append(f"launched by {launcher.launcher} (PID {launcher.pid})")
     host = socket.gethostname()
-    cache: dict[str, str | None] = {}
-    with ThreadPoolExecutor(max_workers=min(16, len(ranks))) as pool:
-        samples = list(pool.map(lambda p: _read_rank(p, host, timeout_s, cache), ranks))
-    return samples, notes
+    if pyspy_binary() is None:
+        return [replace(_identity(p, host), error=missing_message()) for p in ranks], notes, ranks
+    sources = Sources()
+    deadline = time.monotonic() + 2 * timeout_s
+    workers = min(len(ranks), 16, max(4, 2 * (os.cpu_count() or 1)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        samples = list(pool.map(lambda p: _read_rank(p, host, timeout_s, deadline, sources), ranks))
+    return samples, notes, ranks

@@ -25,13 +25,30 @@ class StackUnreadable(Exception):
 
 @dataclass(frozen=True)
 class Dump:
+    """One process's stack as py-spy printed it, and whether it was running."""
+
     frames: tuple[Frame, ...]
     active: bool
 
 
+OVERRIDE_VAR = "TRIAGE_PY_SPY"  # a py-spy to use instead of the one beside python or on PATH
+
+
 def pyspy_binary() -> str | None:
+    """The py-spy executable to use, or None when there is none."""
+    override = os.environ.get(OVERRIDE_VAR)
+    if override:
+        return override if os.access(override, os.X_OK) else None
     beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
     return beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
+
+
+def missing_message() -> str:
+    """Why there is no py-spy to run, and what to do."""
+    override = os.environ.get(OVERRIDE_VAR)
+    if override:
+        return f"{OVERRIDE_VAR}={override} is not an executable py-spy, so no stack can be read"
+    return "py-spy is not installed, so no stack can be read (pip install py-spy)"
 
 
 def _ptrace_scope() -> str:
@@ -43,6 +60,7 @@ def _ptrace_scope() -> str:
 
 
 def permission_hint(pid: int) -> str:
+    """Why py-spy may not attach to `pid`, and what to do about it."""
     scope = _ptrace_scope()
     why = f"kernel.yama.ptrace_scope is {scope}" if scope and scope != "0" else "ptrace is not permitted"
     return (
@@ -60,9 +78,10 @@ def _main_thread(threads: list[dict[str, object]], pid: int) -> dict[str, object
 
 
 def dump(pid: int, timeout_s: float, nonblocking: bool = True) -> Dump:
+    """The stack of `pid` by py-spy, bounded by `timeout_s`; raises StackUnreadable."""
     binary = pyspy_binary()
     if binary is None:
-        raise StackUnreadable("py-spy is not installed (pip install py-spy)")
+        raise StackUnreadable(missing_message())
     command = [binary, "dump", "--json", "--pid", str(pid)]
     if nonblocking:
         command.append("--nonblocking")

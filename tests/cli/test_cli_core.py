@@ -24,10 +24,12 @@ def test_ask_prints_best_entry_fix_and_verification(run_cli: Run) -> None:
     result = run_cli("--kb", str(MINIMAL_KB), "ask", "my job is stuck at the last batch")
     out = result.stdout.decode()
     assert result.returncode == 0
-    assert "D2" in out.split("\n")[1]
+    lines = out.split("\n")
+    assert lines[0].startswith("Best match (") and ": D2 " in lines[0]
+    assert "NEEDS EXPERIMENT VERIFICATION" in lines[1]
     assert "Fix" in out and "DistributedSampler" in out
-    assert "NEEDS EXPERIMENT VERIFICATION" in out
-    assert "Alternatives" in out and "D1" in out
+    assert "RE-CHECK YOUR EXPERIMENT" in out
+    assert "Also possible" in out and "D1" in out
 
 
 def test_ask_words_without_quotes_and_json(run_cli: Run) -> None:

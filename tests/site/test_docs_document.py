@@ -83,7 +83,7 @@ def test_anchors_are_the_slugs_mkdocs_gives(real_kb: KnowledgeBase) -> None:
 def test_every_entry_has_the_fixed_skeleton(real_kb: KnowledgeBase) -> None:
     for entry in real_kb.entries.values():
         anchors = [s.anchor for s in entry_sections(entry, real_kb, HTML_LINKS)]
-        assert anchors[:5] == ["symptoms", "root-cause", "fix", "verification", "error-signatures"], entry.id
+        assert anchors[:5] == ["fix", "verification", "root-cause", "symptoms", "error-signatures"], entry.id
         page = entry_markdown(entry, real_kb, MARKDOWN_LINKS)
         assert page.startswith(f"# {entry.id}: ")
         if entry.verify.needed:

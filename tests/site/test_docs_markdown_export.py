@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
+from triage.core.lint import RULES
 from triage.core.model import KnowledgeBase
 
 MKDOCS_YML = """\
@@ -26,6 +28,7 @@ nav:
 """
 
 
+@pytest.mark.slow  # runs a full mkdocs build
 def test_mkdocs_strict_build_of_the_export(
     real_markdown: Path, real_kb: KnowledgeBase, tmp_path: Path
 ) -> None:
@@ -73,11 +76,19 @@ def test_nav_snippets_list_every_page(real_markdown: Path, real_kb: KnowledgeBas
 
     walk(nav)
     expected = {"triage/index.md", "triage/graph.md"} | {f"triage/{e}.md" for e in real_kb.entries}
+    expected |= {"triage/lint.md"} | {f"triage/{code}.md" for code in RULES}
     assert sorted(paths) == sorted(expected)
     toctree = (real_markdown / "sphinx-toctree.txt").read_text(encoding="utf-8")
     assert toctree.startswith("```{toctree}")
     listed = [line for line in toctree.splitlines() if line.startswith("triage/")]
-    assert listed == ["triage/index", "triage/graph", *(f"triage/{e}" for e in real_kb.entries)]
+    entries = [f"triage/{e}" for e in real_kb.entries]
+    assert listed == [
+        "triage/index",
+        "triage/graph",
+        *entries,
+        "triage/lint",
+        *(f"triage/{c}" for c in RULES),
+    ]
 
 
 def test_nav_prefix_is_configurable(real_kb: KnowledgeBase, tmp_path: Path) -> None:

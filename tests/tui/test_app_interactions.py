@@ -3,16 +3,21 @@ copying the first command and exporting the report: each driven through the app 
 
 from __future__ import annotations
 
+import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from textual.events import Key, Paste
 from textual.widgets import OptionList
 
+from tests.conftest import CliResult
 from triage.core.facts import ProbeOptions, ProbeResult
+from triage.core.inventory import Inventory
 from triage.core.model import KnowledgeBase, QuestionNode
-from triage.render.report import first_command
-from triage.tui.app import make_app
+from triage.render.report import REPORT_SECTIONS, first_command
+from triage.tui.app import NoProbes, make_app
 from triage.tui.modals import OverrideScreen, ProbesScreen
 from triage.tui.result_screen import ResultScreen
 from triage.tui.walk_screen import WalkScreen
@@ -20,6 +25,8 @@ from triage.tui.widgets import Bubble, ProbeStatus, SearchBox, SuggestionList
 
 from .conftest import ScriptedRunner, result, settle
 from .test_app_walks import NET_BUSY
+
+pytestmark = pytest.mark.slow  # drives the Textual app
 
 SECRET = "hf_abcdefghijklmnopqrstuvwx"
 NET_BUSY_WITH_ENV = result(
@@ -297,10 +304,16 @@ async def test_copy_puts_the_fixs_first_command_on_the_clipboard(kb: KnowledgeBa
         assert any(command in line for line in kb.entries["D4"].fix.splitlines())
 
 
+FIXED_INVENTORY = Inventory(
+    system="Linux test", driver="550.54.15", gpus=("NVIDIA H100",), settings={"NCCL_DEBUG": "WARN"}
+)
+
+
 async def test_export_writes_the_session_report_with_secrets_redacted(
-    kb: KnowledgeBase, tmp_path: Path
+    kb: KnowledgeBase, tmp_path: Path, run_cli: Callable[..., CliResult]
 ) -> None:
-    app = make_app(kb, ScriptedRunner({"net": NET_BUSY_WITH_ENV}), report_dir=tmp_path)
+    runner = ScriptedRunner({"net": NET_BUSY_WITH_ENV})
+    app = make_app(kb, runner, report_dir=tmp_path, read_inventory=lambda timeout, cancel: FIXED_INVENTORY)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         await pilot.press("1", "1")
@@ -313,17 +326,51 @@ async def test_export_writes_the_session_report_with_secrets_redacted(
         assert path is not None and path.parent == tmp_path.resolve()
         assert str(path) in str(screen.query_one("#saved").render())
         text = path.read_text(encoding="utf-8")
+        await pilot.press("e")  # a second export in the same second never overwrites the first
+        await settle(pilot)
+        assert screen.report_path is not None and screen.report_path != path
+        assert path.read_text(encoding="utf-8") == text
     assert text.startswith("# triage report: D4 ")
     assert "No experiment re-check needed" in text
     assert "1. **What do you see?** It will not start" in text
-    assert (
-        "3. Checking whether the master port" in text and "found `net.master_port_free = false` → D4" in text
-    )
-    assert "### net: fail" in text and "Address already in use" in text
+    assert "Checking whether the master port" in text and "found `net.master_port_free = false` → D4" in text
+    assert "Address already in use" in text
     assert SECRET not in text
     assert "HF_TOKEN=<redacted>" in text
     assert kb.entries["D4"].fix.strip().splitlines()[0] in text
     assert kb.entries["D4"].verify.why.strip()[:40] in text
+    # the probes the walk did not need ran for the report, without entering the walk's records
+    assert {"env", "gpu", "versions", "configs"} <= set(runner.calls)
+    assert [r.probe for r in app.session.records] == ["net"]
+    assert "| `NCCL_DEBUG` | `WARN` |" in text and "1 x NVIDIA H100, driver `550.54.15`" in text
+    # the same document, section for section, as `triage report`
+    cli = run_cli("report", "--no-probes")
+    assert cli.returncode == 0, cli.stderr
+    assert sections(text) == sections(cli.stdout.decode()) == list(REPORT_SECTIONS)
+
+
+async def test_export_with_probes_off_looks_at_nothing(kb: KnowledgeBase, tmp_path: Path) -> None:
+    app = make_app(kb, NoProbes("probes switched off (--no-probes)"), report_dir=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("1", "1")
+        await settle(pilot)
+        await pilot.press("1")  # the probe node asks instead: the port is taken
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, ResultScreen)
+        await pilot.press("e")
+        await settle(pilot)
+        assert screen.report_path is not None
+        text = screen.report_path.read_text(encoding="utf-8")
+    unseen = text.split("## What triage could not look at", 1)[1]
+    assert "probes switched off (--no-probes)" in unseen
+    assert "the machine's inventory (driver, topology, settings): probes are switched off" in unseen
+    assert sections(text) == list(REPORT_SECTIONS)
+
+
+def sections(text: str) -> list[str]:
+    return re.findall(r"^## (.+)$", text, re.MULTILINE)
 
 
 async def test_keys_typed_faster_than_the_screen_updates_land_in_the_search_box(kb: KnowledgeBase) -> None:

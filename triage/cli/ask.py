@@ -7,10 +7,11 @@ heavy. No yaml, markdown-it, textual or torch import happens here.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from triage.core.exitcodes import Exit
 
-HELP = 'name the most likely cause and its fix (triage ask "hangs at end of epoch", or - for stdin)'
+HELP = "the likely cause and fix for a symptom or pasted error"
 DESCRIPTION = (
     "Match a description in your own words, or pasted error output, against the knowledge base. Prints the "
     "best entry (why it happens, the fix, whether the fix needs experiment verification) and the closest "
@@ -20,15 +21,22 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument("text", nargs="*", help="the symptom in your words, or - to read a paste from stdin")
     parser.add_argument(
         "--top", type=int, default=4, metavar="N", help="how many entries to list (default 4)"
     )
     parser.add_argument("--json", action="store_true", help="print the ranking as JSON")
-    parser.add_argument("--brief", action="store_true", help="only the ranking, not the best entry's fix")
+    parser.add_argument(
+        "--brief", action="store_true", help="only the ranking ([verify] marks fixes that change the science)"
+    )
+    parser.add_argument(
+        "--full", action="store_true", help="everything: why it happens, the whole fix, symptoms, related"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     from triage.cli._common import check_argv_text, entry_json, print_lines, read_stdin_text
     from triage.core.errors import UserError
     from triage.core.matcher import rank
@@ -68,35 +76,50 @@ def run(args: argparse.Namespace) -> int:
         }
         print(json.dumps(payload, indent=2, ensure_ascii=False))
     else:
-        print_lines(_report(kb, match, args.brief))
+        print_lines(_report(kb, match, args))
     return Exit.OK if match.verdict == "match" else Exit.NOT_FOUND
 
 
-def _report(kb: object, match: object, brief: bool) -> list[str]:
-    from triage.core.matcher import Match
+def _report(kb: object, match: object, args: argparse.Namespace) -> list[str]:
+    import os
+
+    from triage.core.matcher import Hit, Match
     from triage.core.model import KnowledgeBase
-    from triage.render.entry_text import entry_lines
-    from triage.render.terminal import BOLD, DIM, style_for
+    from triage.render.answer import SCREEN_ROWS, answer_lines, ranking_line
+    from triage.render.terminal import BOLD, style_for
 
     assert isinstance(kb, KnowledgeBase) and isinstance(match, Match)
     style = style_for()
     lines: list[str] = []
     best = match.best
+
+    def ranking(hits: tuple[Hit, ...]) -> list[str]:
+        return [ranking_line(h.entry, h.score) for h in hits]
+
     if match.verdict == "no_match" or best is None:
         lines.append(style.paint("No entry matches this well.", BOLD))
         lines.append("Try other words, paste the exact error line, or walk the questions with `triage`.")
-        lines += ["", "Closest entries, for what they are worth:"]
-        lines += [f"  {h.entry.id:<5} {h.score:.2f}  {h.entry.title}" for h in match.hits]
+        lines += ["", "Closest entries, for what they are worth:", *ranking(match.hits)]
         return lines
-    if not brief:
-        lines += [
-            style.paint(f"Best match ({best.score:.2f})", DIM),
-            *entry_lines(kb, best.entry, style, full=False),
+    if args.brief:
+        return [
+            style.paint("Ranking ([verify]: the fix changes the science of the run)", BOLD),
+            *ranking(match.hits),
         ]
-        lines.append("")
-    alternatives = match.hits[1:] if not brief else match.hits
-    if alternatives:
-        lines.append(style.paint("Alternatives" if not brief else "Ranking", BOLD))
-        lines += [f"  {h.entry.id:<5} {h.score:.2f}  {h.entry.title}" for h in alternatives]
-        lines.append(style.paint("  (triage show ID for any of them)", DIM))
-    return lines
+    rows = SCREEN_ROWS
+    if sys.stdout.isatty():
+        try:
+            rows = max(SCREEN_ROWS, os.get_terminal_size(sys.stdout.fileno()).lines)
+        except OSError:
+            rows = SCREEN_ROWS
+    return answer_lines(
+        kb,
+        best.entry,
+        best.score,
+        match.verdict,
+        [(h.entry, h.score) for h in match.hits[1:]],
+        style,
+        question=getattr(match, "question", None),
+        full=args.full,
+        rows=rows,
+    )

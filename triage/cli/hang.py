@@ -5,24 +5,37 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triage.core.errors import UserError
 from triage.core.exitcodes import Exit
 
-HELP = "look at a hung job's ranks now: who waits in which collective, at which line, and why"
+if TYPE_CHECKING:
+    from triage.core.hang.analyse import HangPicture
+    from triage.render.report import ExtraPart
+
+HELP = "a hung job now: which rank waits where, and why"
 DESCRIPTION = (
     "Find the distributed job on this machine (torchrun, accelerate, deepspeed, srun workers, or any "
     "process with RANK/LOCAL_RANK in its environment), read every rank's Python stack with py-spy "
     "without stopping it, and say which ranks are the odd ones out, the collective each waits in, "
     "the line of your script that put it there, and the knowledge-base entry that explains it. "
+    "It also reads what the job recorded itself: Flight Recorder dumps (--fr-dir, or the files "
+    "TORCH_FR_DUMP_TEMP_FILE / TORCH_NCCL_DEBUG_INFO_TEMP_FILE in the job's environment point at), "
+    "torch.distributed.debug's server (its page on 127.0.0.1:25999, or --debug-dir) and NCCL RAS "
+    "(localhost:28028, or NCCL_RAS_ADDR), checks them against the stacks, and falls back to them "
+    "where the stacks cannot be read. "
     "Across nodes: run `triage hang --json > $(hostname).json` on each node, then "
     "`triage hang merge *.json`."
 )
-EPILOG = "Exit status: 0 a hang was diagnosed, 1 nothing looks hung, 2 no job found or a stack unreadable."
+EPILOG = (
+    "Exit status: 0 a hang was diagnosed, 1 nothing looks hung, 2 no job found, a stack unreadable "
+    "with nothing recorded to fall back on, or a folder or address given that cannot be read."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.epilog = EPILOG
     parser.add_argument(
         "files",
@@ -35,6 +48,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout", type=float, default=5.0, help="seconds allowed per stack read (default 5)"
+    )
+    parser.add_argument(
+        "--fr-dir", metavar="DIR", help="Flight Recorder dumps, one file per rank (<prefix><rank>)"
+    )
+    parser.add_argument(
+        "--debug-dir", metavar="DIR", help="torch.distributed.debug's dump folder (stacks_<time>.txt)"
+    )
+    parser.add_argument(
+        "--debug-url",
+        metavar="URL",
+        help="torch.distributed.debug's page (default: tried on http://127.0.0.1:25999)",
+    )
+    parser.add_argument(
+        "--ras", metavar="HOST:PORT", help="NCCL RAS address (default: NCCL_RAS_ADDR, else localhost:28028)"
+    )
+    parser.add_argument(
+        "--no-recorded",
+        action="store_true",
+        help="read the stacks only, not what the job recorded (Flight Recorder, debug server, RAS)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--full", action="store_true", help="the whole entry, not only the fix")
@@ -52,8 +84,51 @@ def _load(path: str) -> dict[str, Any]:
     return data
 
 
+def _live(args: argparse.Namespace) -> tuple[HangPicture, int]:
+    """The picture of the job running here, from its stacks and its own records."""
+    from probes.hang import NoJob
+    from probes.hang.gather import HangInputError, HangOptions, StacksUnreadable, live_picture
+
+    options = HangOptions(
+        pids=tuple(args.pid),
+        timeout_s=args.timeout,
+        fr_dir=args.fr_dir,
+        debug_dir=args.debug_dir,
+        debug_url=args.debug_url,
+        ras=args.ras,
+        recorded=not args.no_recorded,
+    )
+    try:
+        return live_picture(options)
+    except (NoJob, HangInputError, StacksUnreadable) as exc:
+        raise UserError(str(exc)) from None
+
+
+def report_part(args: argparse.Namespace) -> ExtraPart | None:
+    """`triage report`'s section on a job hanging on this machine; None when no job runs here."""
+    from probes.hang import NoJob
+    from probes.hang.gather import HangInputError, HangOptions, StacksUnreadable, live_picture
+    from probes.hang.probe import pids_from_env
+    from triage.kb.loader import load_kb
+    from triage.render.hang_text import hang_markdown
+    from triage.render.report import ExtraPart
+
+    timeout = getattr(args, "timeout", 5.0)
+    try:
+        picture, _ = live_picture(HangOptions(pids=pids_from_env(), timeout_s=timeout))
+    except (NoJob, HangInputError):
+        return None
+    except StacksUnreadable as exc:
+        return ExtraPart("Hung job on this machine", f"A job runs here, but {exc}.")
+    entries = tuple(d.entry for d in picture.diagnoses)
+    markdown = "\n".join(hang_markdown(load_kb(), picture))
+    return ExtraPart(
+        "Hung job on this machine", markdown, entries, how=f"from triage hang: {picture.verdict}"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    from triage.core.hang.analyse import analyse
+    """Run the command; returns its exit status."""
     from triage.core.hang.codec import merge, picture_json
     from triage.kb.loader import load_kb
     from triage.render.hang_text import hang_lines
@@ -69,21 +144,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UserError(str(exc)) from None
     else:
-        from probes.hang import NoJob, collect
-
-        try:
-            samples, notes = collect(args.pid or None, timeout_s=args.timeout)
-        except NoJob as exc:
-            raise UserError(str(exc)) from None
-        unreadable = [s for s in samples if s.error]
-        if unreadable and len(unreadable) == len(samples):
-            raise UserError(unreadable[0].error)
-        picture = analyse(samples)
-        slots = sum(n or 0 for n in {s.host: s.local_world_size for s in samples}.values())
-        if notes:
-            from dataclasses import replace
-
-            picture = replace(picture, notes=(*notes, *picture.notes))
+        picture, slots = _live(args)
     kb = load_kb()
     if args.json:
         from triage.core.redact import redact_obj

@@ -6,18 +6,20 @@ import argparse
 
 from triage.core.exitcodes import Exit
 
-HELP = "list the entries by section"
+HELP = "every entry by section; [verify] marks science changes"
 DESCRIPTION = (
     "List every knowledge-base entry by section; entries whose fix needs experiment verification are marked."
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument("--section", help="only this section id (e.g. hangs, multinode)")
     parser.add_argument("--json", action="store_true", help="print as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     import json
 
     from triage.cli._common import print_lines

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from triage.core.logscan.verdict import Verdict
     from triage.core.model import KnowledgeBase
 
-HELP = "diagnose failure output: triage log FILE ... (or - for stdin)"
+HELP = "diagnose failure output from many ranks (FILE ... or -)"
 DESCRIPTION = (
     "Scan logs of any size (several files such as torchrun's per-rank --log-dir files, or stdin), "
     "find every known failure signature, separate the first real failure from the ranks that only "
@@ -33,6 +33,7 @@ DEFAULT_MAX_LINE = 64 << 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument("files", nargs="+", metavar="FILE", help="log files, or - for stdin")
     parser.add_argument("--json", action="store_true", help="machine-readable result")
     parser.add_argument("--top", type=int, default=3, metavar="N", help="diagnoses to list (default 3)")
@@ -52,95 +53,79 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from triage.core.logscan.patterns import compile_signatures
-    from triage.core.logscan.reading import choose_engine, open_input, scan_grep, scan_python
-    from triage.core.logscan.scanner import Scanner
-    from triage.core.logscan.verdict import decide
+    """Run the command; returns its exit status."""
     from triage.kb.loader import load_kb
 
     if args.top < 1:
         raise UserError("--top must be at least 1")
     if args.max_line_bytes < 1024:
         raise UserError("--max-line-bytes must be at least 1024")
-    if args.files.count("-") > 1:
-        raise UserError("stdin (-) can be given only once")
-    opened = [open_input(name) for name in args.files]  # every path is checked before any scanning
     kb = load_kb()
+    scan, verdict = scan_inputs(args.files, kb, engine=args.engine, max_line_bytes=args.max_line_bytes)
+    if args.json:
+        import json
+
+        text = json.dumps(_as_json(scan, verdict, kb, args.top), indent=2, ensure_ascii=False)
+    else:
+        text = verdict_text(scan, verdict, kb, args.top)
+    emit(text)
+    return Exit.OK if verdict.found else Exit.NOT_FOUND
+
+
+def scan_inputs(
+    files: list[str], kb: KnowledgeBase, *, engine: str = "auto", max_line_bytes: int = DEFAULT_MAX_LINE
+) -> tuple[Scan, Verdict]:
+    """Read the logs (every path checked before any is scanned) and decide the verdict."""
+    from triage.core.logscan.patterns import compile_signatures
+    from triage.core.logscan.reading import choose_engine, open_input, scan_grep, scan_python
+    from triage.core.logscan.scanner import Scanner
+    from triage.core.logscan.verdict import decide
+
+    if files.count("-") > 1:
+        raise UserError("stdin (-) can be given only once")
+    opened = [open_input(name) for name in files]
     signatures = compile_signatures(kb)
     scanner = Scanner(signatures)
-    engine = choose_engine(args.engine, signatures.unanchored)
+    chosen = choose_engine(engine, signatures.unanchored)
     try:
         for name, stream in opened:
             source = scanner.source(name)
-            if engine == "grep":
-                scan_grep(scanner, source, name, stream, args.max_line_bytes, signatures.anchors)
+            if chosen == "grep":
+                scan_grep(scanner, source, name, stream, max_line_bytes, signatures.anchors)
             else:
-                scan_python(scanner, source, name, stream, args.max_line_bytes)
+                scan_python(scanner, source, name, stream, max_line_bytes)
     finally:
         for _, stream in opened:
             if stream is not sys.stdin.buffer:
                 stream.close()
     if scanner.scan.lines == 0:
         raise UserError("the log is empty: nothing to scan")
-    verdict = decide(scanner.scan, kb)
-    if args.json:
-        import json
+    return scanner.scan, decide(scanner.scan, kb)
 
-        print(json.dumps(_as_json(scanner.scan, verdict, kb, args.top), indent=2, ensure_ascii=False))
-    else:
-        print_verdict(scanner.scan, verdict, kb, args.top)
-    return Exit.OK if verdict.found else Exit.NOT_FOUND
+
+def emit(text: str) -> None:
+    """Print the result, secrets redacted (logs carry tokens in command lines and URLs)."""
+    from triage.cli._common import print_lines
+    from triage.core.redact import redact_text
+
+    print_lines([redact_text(text)])
 
 
 # -- output -------------------------------------------------------------------------------
 
 
-def _where(scan: Scan, event: Event) -> str:
-    return f"{scan.sources[event.source]}:{event.line}"
-
-
-def _rank_text(rank: int | None) -> str:
-    return f"rank {rank}" if rank is not None else "no rank prefix"
-
-
-def _ranks(ranks: list[int]) -> str:
-    return ", ".join(str(r) for r in ranks)
-
-
-def _summary_lines(scan: Scan, verdict: Verdict) -> list[str]:
-    files = f"{len(scan.sources)} file{'s' if len(scan.sources) != 1 else ''}"
-    lines = [
-        f"Scanned {files}, {scan.lines:,} lines: {scan.hits:,} signature lines"
-        f" from {len(scan.ranks_seen)} rank{'s' if len(scan.ranks_seen) != 1 else ''}"
-        f" (events ordered by {'timestamps' if verdict.ordered_by == 'time' else 'position in the log'})."
-    ]
-    first = verdict.first
-    if first is not None:
-        what = "first failure" if first.real else "first error (it only echoes a wait)"
-        lines.append(f"The {what}: {_rank_text(first.rank)}, {_where(scan, first)}")
-        lines.append(f"    {first.text}")
-        if verdict.waiting_ranks:
-            lines.append(f"Ranks that only waited for it: {_ranks(verdict.waiting_ranks)}.")
-        if verdict.suspect_ranks:
-            lines.append(
-                f"Ranks that reported no error while the others waited (the likely stragglers): "
-                f"{_ranks(verdict.suspect_ranks)}."
-            )
-        claimed = verdict.root_cause_rank
-        if claimed is not None and claimed in (*verdict.waiting_ranks, *verdict.suspect_ranks):
-            lines.append(
-                f"torchrun's 'Root Cause (first observed failure)' names rank {claimed}: that is the"
-                f" first process it saw exit, not the first to fail."
-            )
-    return lines
-
-
-def print_verdict(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> None:
+def verdict_text(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> str:
+    """The scan's verdict as terminal text, with the best entries."""
     from triage.render.entry_text import entry_lines
+    from triage.render.log_text import evidence, evidence_line, rank_rows, shown_score, summary_lines
+    from triage.render.ranks import render_ranks
     from triage.render.terminal import BOLD, style_for
 
     style = style_for()
-    lines = _summary_lines(scan, verdict)
+    lines = summary_lines(scan, verdict)
+    picture = render_ranks(rank_rows(scan, verdict), style)
+    if len(picture) > 2:  # a picture of one rank says nothing the summary did not
+        lines += ["", style.paint("Ranks at a glance", BOLD), *("  " + line for line in picture)]
     lines.append("")
     if not verdict.found:
         lines.append(style.paint("No known failure found.", BOLD))
@@ -149,40 +134,36 @@ def print_verdict(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> 
             lines.append("Closest entries (weak evidence; read them before acting):")
             for entry_id, score, why in closest:
                 lines.append(f"  {entry_id:<5} {kb.entries[entry_id].title}  ({score:.2f}, {why})")
-        print("\n".join(lines))
-        return
+        return "\n".join(lines)
     best = verdict.diagnoses[0]
     entry = kb.entries[best.entry_id]
     verdict_word = "Out of scope" if not entry.covered else "Diagnosis"
     lines.append(style.paint(f"{verdict_word}: {entry.id}  {entry.title}", BOLD))
-    lines.append(f"  why this entry: {best.reason} (score {best.score:.2f})")
+    lines.append(f"  why this entry: {best.reason} (score {shown_score(best.score):.2f})")
     lines.append("  evidence:")
-    lines += [_evidence_line(scan, e) for e in best.evidence]
+    lines += [evidence_line(scan, e) for e in evidence(best)]
     others = [d for d in verdict.diagnoses[1:top] if d.score > 0]
     if others:
         lines.append("")
         lines.append("Also consistent with:")
         for other in others:
             lines.append(
-                f"  {other.entry_id:<5} {kb.entries[other.entry_id].title}  (score {other.score:.2f})"
+                f"  {other.entry_id:<5} {kb.entries[other.entry_id].title}  (score {shown_score(other.score):.2f})"
             )
-            if other.evidence:
-                lines.append(_evidence_line(scan, other.evidence[0], indent="        "))
+            shown = evidence(other)
+            if shown:
+                lines.append(evidence_line(scan, shown[0], indent="        "))
     lines += ["", *entry_lines(kb, entry, style, full=False)]
-    print("\n".join(lines))
-
-
-def _evidence_line(scan: Scan, event: Event, indent: str = "    ") -> str:
-    tag = " (echo)" if event.kind == "hit" and event.echo else ""
-    text = event.text if len(event.text) <= 160 else event.text[:157] + "..."
-    return f"{indent}{_where(scan, event)}  [{_rank_text(event.rank)}]{tag}  {text}"
+    return "\n".join(lines)
 
 
 def _closest(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> list[tuple[str, float, str]]:
     """Weak candidates: entries with hits below the threshold, then the matcher on the errors."""
+    from triage.render.log_text import shown_score
+
     found: dict[str, tuple[float, str]] = {}
     for diagnosis in verdict.diagnoses:
-        found[diagnosis.entry_id] = (diagnosis.score, "weak signature lines")
+        found[diagnosis.entry_id] = (shown_score(diagnosis.score), "weak signature lines")
     text = "\n".join(e.text for e in scan.events[:50] if e.kind in ("exception", "hit"))
     if text.strip():
         from triage.core import matcher
@@ -209,6 +190,11 @@ def _event_json(scan: Scan, event: Event) -> dict[str, Any]:
 
 
 def _as_json(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from triage.core.redact import redact_obj
+    from triage.render.log_text import evidence, rank_rows, shown_score
+
     diagnoses = []
     for diagnosis in verdict.diagnoses[:top]:
         entry = kb.entries[diagnosis.entry_id]
@@ -218,10 +204,10 @@ def _as_json(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> dict[
                 "title": entry.title,
                 "kind": entry.kind,
                 "covered": entry.covered,
-                "score": diagnosis.score,
+                "score": shown_score(diagnosis.score),
                 "reason": diagnosis.reason,
                 "explains_first_failure": diagnosis.explains_first,
-                "evidence": [_event_json(scan, e) for e in diagnosis.evidence],
+                "evidence": [_event_json(scan, e) for e in evidence(diagnosis)],
                 "fix": entry.fix,
                 "verify": {
                     "needed": entry.verify.needed,
@@ -230,11 +216,12 @@ def _as_json(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> dict[
                 },
             }
         )
-    return {
+    data = {
         "found": verdict.found,
         "sources": scan.sources,
         "lines": scan.lines,
-        "signature_lines": scan.hits,
+        "signature_lines": scan.hit_lines,
+        "signature_hits": scan.hits,
         "ordered_by": verdict.ordered_by,
         "first_failure": _event_json(scan, verdict.first) if verdict.first else None,
         "first_rank": verdict.first_rank,
@@ -248,4 +235,8 @@ def _as_json(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> dict[
             {"id": i, "title": kb.entries[i].title, "score": s, "why": w}
             for i, s, w in _closest(scan, verdict, kb, top)
         ],
+        "ranks": [asdict(row) for row in rank_rows(scan, verdict)],
     }
+    redacted = redact_obj(data)
+    assert isinstance(redacted, dict)
+    return redacted

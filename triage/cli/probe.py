@@ -18,11 +18,13 @@ if TYPE_CHECKING:
     from triage.core.facts import ProbeResult
     from triage.core.findings import Finding
 
-HELP = "run the live probes (env, gpu, net, versions, configs, dist) and show what they found"
+HELP = "live, read-only probes of this machine (and --script)"
 DESCRIPTION = (
     "Run the probes concurrently, each bounded by --timeout: env (launcher, rank variables), gpu (NVML), "
     "net (interfaces, MTU, NCCL_SOCKET_IFNAME, master port), versions (torch, CUDA, NCCL), configs "
-    "(Accelerate/DeepSpeed), dist (a torch.distributed mini-test on this machine). Prints a table, the "
+    "(Accelerate/DeepSpeed), dist (a torch.distributed mini-test on this machine), lint (the training script "
+    "given with --script, read statically), hang (the job running here, as `triage hang` reads it). "
+    "Prints a table, the "
     "findings that point at knowledge entries, and exits with the worst status: 0 ok or unavailable, "
     "4 warn, 5 fail or error. Secrets in the environment are redacted in every output."
 )
@@ -37,44 +39,28 @@ EXIT_FOR_STATUS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument(
         "names",
         nargs="*",
         metavar="NAME",
-        help="probes to run: env gpu net versions configs dist (default: all)",
+        help="probes to run: env gpu net versions configs dist lint hang (default: all; lint only with --script)",
     )
     parser.add_argument(
         "--json", action="store_true", help="print everything as JSON (schema documented in the README)"
     )
-    parser.add_argument(
-        "--timeout", type=float, default=10.0, metavar="S", help="seconds each probe may take (default 10)"
-    )
-    parser.add_argument(
-        "--accelerate-config", metavar="PATH", help="Accelerate config (default: accelerate's own)"
-    )
-    parser.add_argument("--deepspeed-config", metavar="PATH", help="DeepSpeed JSON to check against it")
-    parser.add_argument(
-        "--peer-host", metavar="HOST", help="a host the net probe may contact (route and master-port check)"
-    )
+    from probes.options import add_probe_arguments
+
+    add_probe_arguments(parser, timeout_flag="--timeout", default_timeout=10.0, can_switch_off=False)
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from probes.configs import check_option
-    from triage.core.facts import ProbeOptions, check_timeout
+    from probes.options import probe_options
 
-    check_timeout("--timeout", args.timeout)
-
-    check_option("--accelerate-config", args.accelerate_config, "Accelerate")
-    check_option("--deepspeed-config", args.deepspeed_config, "DeepSpeed")
-    return ProbeOptions(
-        timeout_s=args.timeout,
-        accelerate_config=args.accelerate_config,
-        deepspeed_config=args.deepspeed_config,
-        peer_host=args.peer_host,
-    )
+    return probe_options(args)
 
 
-def _names(requested: list[str], known: list[str]) -> list[str]:
+def _names(requested: list[str], known: list[str], default: list[str] | None = None) -> list[str]:
     names: list[str] = []
     for raw in requested:
         name = raw.strip().lower()
@@ -82,7 +68,7 @@ def _names(requested: list[str], known: list[str]) -> list[str]:
             raise UserError(f"unknown probe {raw!r}; the probes are: {', '.join(known)}")
         if name not in names:
             names.append(name)
-    return names or list(known)
+    return names or list(default if default is not None else known)
 
 
 class Progress:
@@ -112,6 +98,7 @@ class Progress:
 
 
 def fact_text(value: object) -> str:
+    """A fact value as one short string."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list | tuple):
@@ -142,6 +129,7 @@ def format_table(
 
 
 def format_findings(found: list[Finding], error: str | None) -> str:
+    """The findings (entries the flagged facts point at) as text."""
     if error is not None:
         return f"Findings unavailable: {error}"
     if not found:
@@ -177,18 +165,7 @@ def payload(
         },
         "worst_status": worst,
         "exit_code": int(EXIT_FOR_STATUS[worst]),
-        "probes": [
-            {
-                "name": r.name,
-                "status": r.status,
-                "summary": r.summary,
-                "duration_s": r.duration_s,
-                "facts": r.facts,
-                "flagged": list(r.flagged),
-                "evidence": [{"source": e.source, "output": e.output} for e in r.evidence],
-            }
-            for r in results
-        ],
+        "probes": [r.to_plain() for r in results],
         "facts": merged_facts(results),
         "findings": [
             {
@@ -209,6 +186,7 @@ def payload(
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     import json
     import os
 
@@ -216,7 +194,8 @@ def run(args: argparse.Namespace) -> int:
     from triage.core.findings import findings
     from triage.kb.loader import load_kb
 
-    names = _names(args.names, list(PROBES))
+    # The lint probe needs a script: by default it runs only when one is given.
+    names = _names(args.names, list(PROBES), [n for n in PROBES if n != "lint" or args.script])
     options = _options(args)
     progress = Progress(sys.stderr, names) if sys.stderr.isatty() else None
     try:

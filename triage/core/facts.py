@@ -7,9 +7,9 @@ no traffic beyond loopback unless the user names a host.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 Status = Literal["ok", "warn", "fail", "unavailable", "error"]
 STATUS_ORDER: tuple[Status, ...] = ("ok", "unavailable", "warn", "fail", "error")
@@ -25,6 +25,8 @@ class Evidence:
 
 @dataclass(frozen=True)
 class ProbeResult:
+    """What one probe found: its status, the facts it established, and the evidence for them."""
+
     name: str
     status: Status
     facts: dict[str, object] = field(default_factory=dict)
@@ -36,15 +38,45 @@ class ProbeResult:
     # story (dist.minitest=ok, env.launcher=none) does not raise an alarm on its own.
     flagged: tuple[str, ...] = ()
 
+    def to_plain(self) -> dict[str, Any]:
+        """The result as JSON-ready data (the one codec: `triage probe --json`, the app's probe process)."""
+        return {
+            "name": self.name,
+            "status": self.status,
+            "summary": self.summary,
+            "duration_s": self.duration_s,
+            "facts": self.facts,
+            "flagged": list(self.flagged),
+            "evidence": [{"source": e.source, "output": e.output} for e in self.evidence],
+        }
+
+    @classmethod
+    def from_plain(cls, data: Mapping[str, Any]) -> ProbeResult:
+        """The inverse of `to_plain`."""
+        return cls(
+            name=str(data["name"]),
+            status=data["status"],
+            facts=dict(data.get("facts", {})),
+            evidence=tuple(Evidence(str(e["source"]), str(e["output"])) for e in data.get("evidence", ())),
+            duration_s=float(data.get("duration_s", 0.0)),
+            summary=str(data.get("summary", "")),
+            flagged=tuple(str(f) for f in data.get("flagged", ())),
+        )
+
 
 @dataclass(frozen=True)
 class ProbeOptions:
-    """What the user told triage: a timeout, paths to configs, a host they allow probing."""
+    """What the user told triage: a timeout, paths to configs, a host they allow probing, a script."""
 
     timeout_s: float = 10.0
     accelerate_config: str | None = None
     deepspeed_config: str | None = None
     peer_host: str | None = None
+    script: str | None = None  # a training script for the lint probe to read
+
+    def missing_inputs(self) -> tuple[str, ...]:
+        """Probes that cannot run at all with these options: the lint probe needs a script."""
+        return () if self.script else ("lint",)
 
 
 MAX_TIMEOUT_S = 3600.0

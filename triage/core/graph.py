@@ -41,6 +41,10 @@ def exits(node: Node) -> list[Exit]:
 
 def breadth_first(graph: Graph) -> list[str]:
     """Node ids breadth-first from the start, then any the walk did not reach, in file order."""
+    return list(_memo(graph)[1])
+
+
+def _breadth_first(graph: Graph) -> list[str]:
     order: list[str] = []
     seen = {graph.start}
     queue = [graph.start] if graph.start in graph.nodes else []
@@ -103,8 +107,26 @@ Incoming = dict[str, list[tuple[Node, list[Exit]]]]
 
 def incoming(graph: Graph) -> Incoming:
     """For each target, the nodes leading to it (in breadth-first order) and by which exits."""
+    return _memo(graph)[2]
+
+
+# The last graph's order and incoming exits: a site build asks for them once per entry.
+_MEMO: dict[int, tuple[Graph, list[str], Incoming]] = {}
+
+
+def _memo(graph: Graph) -> tuple[Graph, list[str], Incoming]:
+    memo = _MEMO.get(id(graph))
+    if memo is None or memo[0] is not graph:
+        order = _breadth_first(graph)
+        memo = (graph, order, _incoming(graph, order))
+        _MEMO.clear()
+        _MEMO[id(graph)] = memo
+    return memo
+
+
+def _incoming(graph: Graph, order: list[str]) -> Incoming:
     result: Incoming = {}
-    for node_id in breadth_first(graph):
+    for node_id in order:
         node = graph.nodes[node_id]
         by_target: dict[str, list[Exit]] = {}
         for exit_ in exits(node):

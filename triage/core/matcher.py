@@ -42,12 +42,16 @@ MAX_FUZZY_TOKENS = 200  # distinct query tokens compared with the symptom phrasi
 
 
 class Hit(NamedTuple):
+    """An entry that matched a query, with its score and why."""
+
     entry: Entry
     score: float
     reasons: tuple[str, ...] = ()
 
 
 class Match(NamedTuple):
+    """A query's verdict and its ranked hits."""
+
     query: str
     verdict: Verdict
     hits: tuple[Hit, ...]
@@ -73,30 +77,9 @@ class _Doc(NamedTuple):
     signatures: list[_Signature]
 
 
-def required_literal(pattern: str) -> str | None:
-    """The longest run of plain characters every match of `pattern` must contain, lower-cased.
-
-    Found from the parsed pattern's top-level sequence; None when there is no run of 3 or more
-    (a top-level alternation, say), in which case the regex is always tried."""
-    import re._parser as parser  # type: ignore[import-not-found]  # the stdlib parser (3.11+)
-
-    try:
-        items = list(parser.parse(pattern, re.IGNORECASE))
-    except re.error:
-        return None
-    best = ""
-    run: list[str] = []
-    for op, arg in [*items, (None, None)]:
-        if op == parser.LITERAL and isinstance(arg, int):
-            run.append(chr(arg))
-            continue
-        if len(run) > len(best):
-            best = "".join(run)
-        run = []
-    return best.lower() if len(best) >= 3 else None
-
-
 def _signature_data(pattern: str, weight: float, echo: bool) -> list[object]:
+    from triage.core.regex_literals import required_literal
+
     safe = bounded(pattern)
     return [pattern, weight, echo, required_literal(pattern), safe, reach(safe)]
 
@@ -188,6 +171,7 @@ _INDEXES: dict[int, tuple[KnowledgeBase, Index]] = {}
 
 
 def index_for(kb: KnowledgeBase) -> Index:
+    """The matcher's index for a knowledge base (built once, then cached)."""
     cached = _INDEXES.get(id(kb))
     if cached is None or cached[0] is not kb:
         cached = (kb, Index(kb))
@@ -254,6 +238,7 @@ def _fuzzy_scores(index: Index, tokens: list[str]) -> list[float]:
 
 
 def calibrate(raw: float) -> float:
+    """A raw score mapped to a 0..1 confidence."""
     return 1 / (1 + math.exp(-CAL_SLOPE * (raw - CAL_MIDPOINT)))
 
 

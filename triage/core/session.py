@@ -52,10 +52,24 @@ class Session:
     unavailable: set[str] = field(default_factory=set)
     records: list[ProbeRecord] = field(default_factory=list)
     own_words: dict[str, str] = field(default_factory=dict)  # node id -> what the user typed
+    skipped: set[str] = field(default_factory=set)  # probes that cannot run at all (no input given)
 
     @property
     def position(self) -> Position:
         return walk(self.kb, self.answers, self.facts, frozenset(self.unavailable))
+
+    def skip_probes(self, probes: tuple[str, ...] | list[str]) -> None:
+        """Probes that cannot run this session (the lint probe without a script): their nodes ask
+        their questions straight away, and nothing is said about a probe that never ran."""
+        self.skipped.update(probes)
+        self.unavailable.update(name for name, fact in self.kb.facts.items() if fact.probe in self.skipped)
+
+    def skipped_step(self, step: Step) -> bool:
+        """A probe node passed over because its probe could not run at all: not worth showing."""
+        node = self.kb.graph.nodes.get(step.node)
+        return (
+            isinstance(node, ProbeNode) and step.via == "fallback" and self.probe_name(node) in self.skipped
+        )
 
     def answer(self, node_id: str, answer: str, own_words: str | None = None) -> Position:
         """Answer a question (1-based option number, label, or "unknown"); raises UserError if invalid."""

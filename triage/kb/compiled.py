@@ -64,6 +64,7 @@ def with_docs(kb: KnowledgeBase) -> KnowledgeBase:
 
 
 def to_json(kb: KnowledgeBase, fingerprint: str) -> str:
+    """The knowledge base as compiled.json text."""
     payload = {
         "format": FORMAT,
         "fingerprint": fingerprint,
@@ -94,6 +95,7 @@ def read(path: str) -> dict[str, Any] | None:
 
 
 def from_json(data: dict[str, Any]) -> KnowledgeBase:
+    """The knowledge base from compiled.json data."""
     entries = {}
     for raw in data["entries"]:
         entry = Entry(

@@ -53,6 +53,8 @@ def conversation(session: Session, notes: Mapping[int, Sequence[str]]) -> list[L
             own = session.own_words.get(node.id, "")
             detail = f"in your words: “{own}”" if own else ""
             lines.append(Line(("a", index, node.id, step.answer, own), "user", step.answer, detail))
+        elif session.skipped_step(step):
+            continue  # a probe that could not run at all (no script given): nothing to report
         else:
             lines.append(probe_line(session, index, node, step))
             if step.via == "override":

@@ -15,25 +15,16 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
-from triage.core.model import Entry, Graph, KnowledgeBase, ProbeNode, QuestionNode
+from triage.core.graph import breadth_first, exits, incoming
+from triage.core.model import Entry, KnowledgeBase, Node, ProbeNode, QuestionNode
+from triage.render.parts import entry_parts
+from triage.render.verify import VERIFY_BADGE, verify_headline
 
-VERIFY_BADGE = "needs experiment verification"
-NO_VERIFY_LABEL = "no experiment verification needed"
 OUT_OF_SCOPE_LABEL = "not covered by triage"
 GRAPH_TITLE = "Decision graph"
-
-CHANGE_WORDS = {
-    "batch_size": "the batch size",
-    "learning_rate": "the learning rate",
-    "precision": "the numeric precision",
-    "data_order": "the data order",
-    "data_sharding": "which samples each rank sees",
-    "resume_point": "the resume point",
-    "normalization": "normalization statistics",
-}
 
 
 @dataclass(frozen=True)
@@ -192,6 +183,7 @@ def md_inline(text: str) -> str:
 
 
 def md_link(label_markdown: str, href: str | None) -> str:
+    """A Markdown link, or just the label when there is no target."""
     if href is None:
         return label_markdown
     return f"[{label_markdown}]({href})"
@@ -214,14 +206,7 @@ def link_text(text: str) -> str:
 
 def verify_sentence(entry: Entry) -> str:
     """One line saying whether the fix changes the science of the run, as Markdown."""
-    if not entry.verify.needed:
-        return f"**{NO_VERIFY_LABEL.capitalize()}.** {md_inline(entry.verify.why)}".rstrip()
-    changes = [CHANGE_WORDS.get(c, c.replace("_", " ")) for c in entry.verify.changes]
-    what = ""
-    if changes:
-        listed = changes[0] if len(changes) == 1 else ", ".join(changes[:-1]) + " and " + changes[-1]
-        what = f"The fix changes {listed}. "
-    return f"**{VERIFY_BADGE.capitalize()}.** {what}{md_inline(entry.verify.why)}".rstrip()
+    return f"**{md_inline(verify_headline(entry))}** {md_inline(entry.verify.why)}".rstrip()
 
 
 def entry_heading(entry: Entry) -> str:
@@ -229,37 +214,27 @@ def entry_heading(entry: Entry) -> str:
     return f"{entry.id}: {md_inline(entry.title)}"
 
 
-def entry_sections(entry: Entry, kb: KnowledgeBase, links: Links = NO_LINKS) -> tuple[DocSection, ...]:
-    """The sections of an entry's page, in reading order. Symptoms, root cause, fix, verification
-    and error signatures are always present, so `#fix`-style anchors are stable."""
-    sections = [
-        _section("Symptoms", "\n".join(f"- {md_text(s)}" for s in entry.symptoms)),
-        _section("Root cause", safe_markdown(entry.root_cause.strip())),
-        _section("Fix", safe_markdown(entry.fix.strip())),
-        _section("Verification", verify_sentence(entry)),
-        _section("Error signatures", _signatures(entry)),
-    ]
-    if entry.confirm:
-        sections.append(_section("Probe evidence", _confirm(entry, kb)))
-    paths = _graph_paths(entry.id, kb, links)
-    if paths:
-        sections.append(_section("In the decision graph", paths))
-    related = [kb.entries[r] for r in entry.related if r in kb.entries]
-    if related:
-        sections.append(
-            _section(
-                "Related",
-                "\n".join(f"- {md_link(entry_heading(r), links.entry(r.id))}" for r in related),
-            )
-        )
-    if entry.references:
-        sections.append(
-            _section(
-                "References",
-                "\n".join(f"- [{link_text(r.title)}]({_url(r.url)})" for r in entry.references),
-            )
-        )
-    return tuple(sections)
+def entry_sections(
+    entry: Entry, kb: KnowledgeBase, links: Links = NO_LINKS, only: Collection[str] | None = None
+) -> tuple[DocSection, ...]:
+    """The sections of an entry's page as Markdown, in the one order of triage.render.parts;
+    `only` keeps the parts with those keys."""
+    bodies: dict[str, Callable[[], str]] = {
+        "fix": lambda: safe_markdown(entry.fix.strip()),
+        "verification": lambda: verify_sentence(entry),
+        "root_cause": lambda: safe_markdown(entry.root_cause.strip()),
+        "symptoms": lambda: "\n".join(f"- {md_text(s)}" for s in entry.symptoms),
+        "signatures": lambda: _signatures(entry),
+        "confirm": lambda: _confirm(entry, kb),
+        "graph": lambda: _graph_paths(entry.id, kb, links),
+        "related": lambda: "\n".join(
+            f"- {md_link(entry_heading(kb.entries[r]), links.entry(r))}"
+            for r in entry.related
+            if r in kb.entries
+        ),
+        "references": lambda: "\n".join(f"- [{link_text(r.title)}]({_url(r.url)})" for r in entry.references),
+    }
+    return tuple(_section(part.title, bodies[part.key]()) for part in entry_parts(entry, kb, only))
 
 
 def entry_markdown(entry: Entry, kb: KnowledgeBase, links: Links = NO_LINKS) -> str:
@@ -316,56 +291,14 @@ def _confirm(entry: Entry, kb: KnowledgeBase) -> str:
 
 def _graph_paths(entry_id: str, kb: KnowledgeBase, links: Links) -> str:
     lines = []
-    for node, exits in _incoming(kb).get(entry_id, []):
-        answers = [_answer(node, way, label) for way, label in exits]
+    for node, ways in incoming(kb.graph).get(entry_id, []):
+        answers = [_answer(node, e.way, e.label) for e in ways]
         where = md_link(md_inline(node.prompt), links.node(node.id))
         lines.append(f"- {where} → {' or '.join(answers)}")
     return "\n".join(lines)
 
 
-Incoming = dict[str, list[tuple[QuestionNode | ProbeNode, list[tuple[str, str]]]]]
-# Memo of graph_order and _incoming per graph: a site build asks for them once per entry.
-_GRAPH_MEMO: dict[int, tuple[Graph, list[str], Incoming]] = {}
-
-
-def _graph_facts(kb: KnowledgeBase) -> tuple[list[str], Incoming]:
-    memo = _GRAPH_MEMO.get(id(kb.graph))
-    if memo is None or memo[0] is not kb.graph:
-        order = _breadth_first(kb)
-        incoming: Incoming = {}
-        for node_id in order:
-            node = kb.graph.nodes[node_id]
-            by_target: dict[str, list[tuple[str, str]]] = {}
-            for way, label, target in _exits(node):
-                by_target.setdefault(target, []).append((way, label))
-            for target, exits in by_target.items():
-                incoming.setdefault(target, []).append((node, exits))
-        memo = (kb.graph, order, incoming)
-        _GRAPH_MEMO.clear()
-        _GRAPH_MEMO[id(kb.graph)] = memo
-    return memo[1], memo[2]
-
-
-def _incoming(kb: KnowledgeBase) -> Incoming:
-    """For each target, the nodes leading to it (in graph order) and by which exits."""
-    return _graph_facts(kb)[1]
-
-
-def _exits(node: QuestionNode | ProbeNode) -> list[tuple[str, str, str]]:
-    """(way, label or value, target) for every way out of a node, in reading order."""
-    if isinstance(node, QuestionNode):
-        out = [("option", o.label, o.target) for o in node.options]
-        if node.unknown:
-            out.append(("unknown", "", node.unknown))
-        return out
-    out = [("value", v, t) for v, t in node.branches.items()]
-    if node.default:
-        out.append(("default", "", node.default))
-    out.append(("fallback", "", node.fallback))
-    return out
-
-
-def _answer(node: QuestionNode | ProbeNode, way: str, label: str) -> str:
+def _answer(node: Node, way: str, label: str) -> str:
     """How the reader gets from `node` along one exit, as inline Markdown."""
     if way == "option":
         return f"*{md_inline(label)}*"
@@ -394,21 +327,7 @@ def graph_sections(kb: KnowledgeBase, links: Links = NO_LINKS) -> tuple[DocSecti
 
 def graph_order(kb: KnowledgeBase) -> list[str]:
     """Node ids breadth-first from the start, then any the walk did not reach, in file order."""
-    return list(_graph_facts(kb)[0])
-
-
-def _breadth_first(kb: KnowledgeBase) -> list[str]:
-    order: list[str] = []
-    seen = {kb.graph.start}
-    queue = [kb.graph.start]
-    while queue:
-        node_id = queue.pop(0)
-        order.append(node_id)
-        for _, _, target in _exits(kb.graph.nodes[node_id]):
-            if target in kb.graph.nodes and target not in seen:
-                seen.add(target)
-                queue.append(target)
-    return order + [n for n in kb.graph.nodes if n not in seen]
+    return breadth_first(kb.graph)
 
 
 def graph_markdown(kb: KnowledgeBase, links: Links = NO_LINKS, *, diagram: str | None = None) -> str:
@@ -440,13 +359,15 @@ def _target(target: str, kb: KnowledgeBase, links: Links) -> str:
     return md_text(target)
 
 
-def _node_body(node: QuestionNode | ProbeNode, kb: KnowledgeBase, links: Links) -> str:
+def _node_body(node: Node, kb: KnowledgeBase, links: Links) -> str:
     if isinstance(node, QuestionNode):
         lines = [md_inline(node.help), ""] if node.help else []
-        for number, option in enumerate(node.options, 1):
-            lines.append(f"{number}. {md_inline(option.label)} → {_target(option.target, kb, links)}")
-        if node.unknown:
-            lines += ["", f"*I don't know* → {_target(node.unknown, kb, links)}"]
+        for number, exit_ in enumerate(exits(node), 1):
+            target = _target(exit_.target, kb, links)
+            if exit_.way == "option":
+                lines.append(f"{number}. {md_inline(exit_.label)} → {target}")
+            else:
+                lines += ["", f"*I don't know* → {target}"]
         return "\n".join(lines)
     fact = kb.facts.get(node.fact)
     about = f" ({fact.type}): {md_inline(fact.description)}" if fact else ""
@@ -456,11 +377,10 @@ def _node_body(node: QuestionNode | ProbeNode, kb: KnowledgeBase, links: Links) 
         "| value | leads to |",
         "|---|---|",
     ]
-    for value, target in node.branches.items():
-        lines.append(f"| {md_code(value)} | {_cell(_target(target, kb, links))} |")
-    if node.default:
-        lines.append(f"| any other value | {_cell(_target(node.default, kb, links))} |")
-    lines.append(f"| probe unavailable | {_cell(_target(node.fallback, kb, links))} |")
+    when = {"default": "any other value", "fallback": "probe unavailable"}
+    for exit_ in exits(node):
+        value = md_code(exit_.label) if exit_.way == "value" else when[exit_.way]
+        lines.append(f"| {value} | {_cell(_target(exit_.target, kb, links))} |")
     return "\n".join(lines)
 
 

@@ -25,6 +25,8 @@ BLUE = "\x1b[34m"
 
 
 class Style(NamedTuple):
+    """How to write to the terminal: with colour or not, and how wide."""
+
     color: bool
     width: int
 
@@ -139,15 +141,11 @@ def _table(block: dict[str, Any], style: Style, indent: str) -> list[str]:
 
 
 def heading(text: str, style: Style) -> str:
+    """A heading, underlined when colour is on."""
     return style.paint(text, BOLD, UNDERLINE) if style.color else text
 
 
-def banner(needed: bool, text: str, style: Style) -> list[str]:
+def banner(needed: bool, title: str, text: str, style: Style) -> list[str]:
     """The verification note, impossible to miss when the fix changes the science of the run."""
-    if needed:
-        title = "!! NEEDS EXPERIMENT VERIFICATION: this fix changes the science of the run"
-        painted = style.paint(title, BOLD, YELLOW)
-    else:
-        title = "No experiment re-verification needed"
-        painted = style.paint(title, GREEN)
+    painted = style.paint(f"!! {title}", BOLD, YELLOW) if needed else style.paint(title, GREEN)
     return [painted, *_wrap(text, style.width, "   ")]

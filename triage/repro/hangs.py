@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -20,10 +20,13 @@ from triage.repro import HERE
 from triage.repro.runner import _SCRUB, TOKEN_VAR, end_processes, free_port, processes_with_token
 
 MARKER = "# the suspect stops here"
+WITH_RECORDERS = HERE / "with_recorders.py"
 
 
 @dataclass(frozen=True)
 class HangScenario:
+    """A hang reproduction that stays hung for `triage hang` to read."""
+
     id: str
     title: str
     script: str
@@ -69,14 +72,17 @@ HANGS: tuple[HangScenario, ...] = (
 
 @dataclass
 class HungJob:
+    """A running hung job: its launcher, token and port."""
+
     launcher_pid: int
     token: str
     port: int
 
 
 def _rank_cpu(token: str) -> dict[int, int]:
-    """CPU ticks used so far by each rank process of the job (those with LOCAL_RANK set)."""
-    used = {}
+    """CPU ticks used so far by each rank process of the job: those with LOCAL_RANK set whose parent
+    is not a rank too (a debug server or DataLoader worker is a rank's child)."""
+    used, parents = {}, {}
     for pid in processes_with_token(token):
         try:
             with open(f"/proc/{pid}/environ", "rb") as handle:
@@ -85,28 +91,43 @@ def _rank_cpu(token: str) -> dict[int, int]:
             with open(f"/proc/{pid}/stat", "rb") as handle:
                 fields = handle.read().rsplit(b")", 1)[-1].split()
             used[pid] = int(fields[11]) + int(fields[12])
+            parents[pid] = int(fields[1])
         except (OSError, IndexError, ValueError):
             continue
-    return used
+    return {pid: ticks for pid, ticks in used.items() if parents[pid] not in used}
+
+
+def _quiet(before: dict[int, int], now: dict[int, int], slack: int) -> bool:
+    return bool(now) and now.keys() == before.keys() and all(now[p] - before[p] <= slack for p in now)
 
 
 @contextmanager
 def hung_job(
-    scenario: HangScenario, quiet_s: float = 1.5, start_timeout_s: float = 120.0
+    scenario: HangScenario,
+    quiet_s: float = 1.5,
+    start_timeout_s: float = 120.0,
+    env: Mapping[str, str] | None = None,
+    recorders: bool = False,
 ) -> Iterator[HungJob]:
-    """Start `scenario`, wait until every rank has used no CPU for `quiet_s` (frozen), yield it."""
+    """Start `scenario`, wait until every rank has used no CPU for `quiet_s` (frozen), yield it.
+
+    `env` adds variables to the job's environment; `recorders` runs the script under
+    with_recorders.py (Flight Recorder dumps, the debug server: see there), whose threads use a
+    little CPU in a frozen job, so a few ticks per rank still count as quiet."""
     token = uuid.uuid4().hex
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
-    env.update(
+    job_env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    job_env.update(
         {TOKEN_VAR: token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore"}
     )
+    job_env.update(env or {})
+    script = [str(WITH_RECORDERS), scenario.path] if recorders else [scenario.path]
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={scenario.nproc}",
-        "--master-addr=127.0.0.1", f"--master-port={port}", scenario.path,
+        "--master-addr=127.0.0.1", f"--master-port={port}", *script,
     ]  # fmt: skip
     proc = subprocess.Popen(
-        command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command, env=job_env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         deadline = time.monotonic() + start_timeout_s
@@ -118,7 +139,7 @@ def hung_job(
                 raise RuntimeError(f"{scenario.script}: no hang within {start_timeout_s:g} s")
             time.sleep(quiet_s)
             now = _rank_cpu(token)
-            if len(now) >= scenario.nproc and now == before:
+            if len(now) >= scenario.nproc and _quiet(before, now, 3 if recorders else 0):
                 break
             before = now
         yield HungJob(proc.pid, token, port)

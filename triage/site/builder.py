@@ -21,11 +21,11 @@ from importlib import resources
 from pathlib import Path
 
 from triage.core.errors import UserError, shown
+from triage.core.lint import RULES
 from triage.core.model import KnowledgeBase
 from triage.render.document import (
     GRAPH_TITLE,
     MARKDOWN_LINKS,
-    VERIFY_BADGE,
     entry_heading,
     entry_markdown,
     graph_markdown,
@@ -33,6 +33,9 @@ from triage.render.document import (
     md_inline,
     md_link,
 )
+from triage.render.lint_page import RULES_PAGE, RULES_TITLE, rule_title
+from triage.render.verify import VERIFY_BADGE
+from triage.site import lint_pages
 from triage.site.diagram import layout, render_svg
 from triage.site.markdown_html import MarkdownHtml
 from triage.site.pages import entry_page, graph_page, index_page
@@ -46,6 +49,8 @@ SPHINX_TOCTREE = "sphinx-toctree.txt"
 
 @dataclass(frozen=True)
 class BuildResult:
+    """What a site build wrote."""
+
     out: Path
     format: str
     files: tuple[str, ...]  # written, relative to `out`
@@ -97,6 +102,7 @@ def _html_files(kb: KnowledgeBase) -> dict[str, str]:
     }
     for entry in kb.entries.values():
         files[f"{entry.id}.html"] = entry_page(entry, kb, mdh)
+    files.update(lint_pages.html_files(kb, mdh))
     return files
 
 
@@ -110,6 +116,7 @@ def _markdown_files(kb: KnowledgeBase, out: Path, nav_prefix: str | None) -> dic
     }
     for entry in kb.entries.values():
         files[f"{entry.id}.md"] = entry_markdown(entry, kb, MARKDOWN_LINKS)
+    files.update(lint_pages.markdown_files(kb))
     prefix = out.resolve().name if nav_prefix is None else nav_prefix.strip("/")
     files[MKDOCS_NAV] = mkdocs_nav(kb, prefix)
     files[SPHINX_TOCTREE] = sphinx_toctree(kb, prefix)
@@ -165,6 +172,10 @@ def mkdocs_nav(kb: KnowledgeBase, prefix: str) -> str:
         for entry in entries:
             label = entry_heading(entry).replace("`", "")
             lines.append(f"        - {q(label)}: {q(_join(prefix, entry.id + '.md'))}")
+    lines.append(f"    - {q(RULES_TITLE)}:")
+    lines.append(f"        - {q(_join(prefix, RULES_PAGE + '.md'))}")
+    for rule in RULES.values():
+        lines.append(f"        - {q(rule_title(rule))}: {q(_join(prefix, rule.code + '.md'))}")
     return "\n".join(lines) + "\n"
 
 
@@ -172,6 +183,7 @@ def sphinx_toctree(kb: KnowledgeBase, prefix: str) -> str:
     """A MyST toctree directive for the host site's index page."""
     docs = [_join(prefix, "index"), _join(prefix, "graph")]
     docs += [_join(prefix, entry.id) for entry in kb.entries.values()]
+    docs += [_join(prefix, RULES_PAGE), *(_join(prefix, code) for code in RULES)]
     body = "\n".join(docs)
     return (
         "```{toctree}\n:caption: Triage\n:maxdepth: 1\n\n"

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 
-from triage.core.model import KnowledgeBase, ProbeNode, QuestionNode
+from triage.core.graph import exits
+from triage.core.model import KnowledgeBase, ProbeNode
 from triage.render.document import graph_order
 
 BOX_W = 196
@@ -41,6 +42,8 @@ class Box:
 
 @dataclass(frozen=True)
 class Edge:
+    """One way out of a node, as the diagram draws it."""
+
     source: str
     target: str
     kind: str  # "answer", "unknown", "branch", "default", "fallback"
@@ -61,6 +64,8 @@ class Route:
 
 @dataclass(frozen=True)
 class Layout:
+    """The placed boxes and routes of the diagram, and its size."""
+
     boxes: dict[str, Box]
     routes: tuple[Route, ...]
     width: float
@@ -77,15 +82,16 @@ def graph_edges(kb: KnowledgeBase) -> list[Edge]:
     edges: list[Edge] = []
     for node_id in graph_order(kb):
         node = kb.graph.nodes[node_id]
-        if isinstance(node, QuestionNode):
-            edges += [Edge(node.id, o.target, "answer", o.label) for o in node.options]
-            if node.unknown:
-                edges.append(Edge(node.id, node.unknown, "unknown", "I don't know"))
-        else:
-            edges += [Edge(node.id, t, "branch", f"{node.fact} = {v}") for v, t in node.branches.items()]
-            if node.default:
-                edges.append(Edge(node.id, node.default, "default", f"{node.fact}: any other value"))
-            edges.append(Edge(node.id, node.fallback, "fallback", "probe unavailable"))
+        fact = node.fact if isinstance(node, ProbeNode) else ""
+        for exit_ in exits(node):
+            kind, tooltip = {
+                "option": ("answer", exit_.label),
+                "unknown": ("unknown", "I don't know"),
+                "value": ("branch", f"{fact} = {exit_.label}"),
+                "default": ("default", f"{fact}: any other value"),
+                "fallback": ("fallback", "probe unavailable"),
+            }[exit_.way]
+            edges.append(Edge(node.id, exit_.target, kind, tooltip))
     return edges
 
 

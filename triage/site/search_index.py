@@ -26,6 +26,7 @@ def _plain(text: str) -> str:
 
 
 def search_data(kb: KnowledgeBase) -> dict[str, object]:
+    """The data the in-browser search ranks with (the matcher's index)."""
     index = matcher.index_for(kb)
     full = matcher.build_index_data(kb)  # per-entry term weights (compiled.json keeps postings)
     full_docs = full["docs"]
@@ -87,6 +88,7 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
 
 
 def search_script(kb: KnowledgeBase) -> str:
+    """The search data as a JavaScript file."""
     payload = json.dumps(search_data(kb), ensure_ascii=False, separators=(",", ":"))
     # U+2028/2029 are valid in JSON but end a line in older JavaScript engines.
     payload = payload.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")

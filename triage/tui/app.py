@@ -6,6 +6,7 @@ tests pass a runner of their own with fixed results and controllable delays.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from textual.screen import Screen
 
 from probes.runners import NoProbes, app_runner
 from triage.core.facts import ProbeOptions, ProbeRunner
+from triage.core.inventory import Inventory
 from triage.core.model import KnowledgeBase
 from triage.core.session import Session
 from triage.tui.palette import EntryCommands
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
 __all__ = ["NoProbes", "TriageApp", "make_app"]
+
+InventoryReader = Callable[[float, threading.Event], Inventory]
 
 THEMES = ("textual-dark", "textual-light")
 
@@ -52,16 +56,20 @@ class TriageApp(App[None]):
         report_dir: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
         theme: str = "textual-dark",
+        read_inventory: InventoryReader | None = None,
         handle_signals: bool = False,
     ) -> None:
         super().__init__()
         self.handle_signals = handle_signals
         self.kb = kb
         self.runner = runner
+        # What the exported report lists about the machine beyond the probes; None: not looked at.
+        self.read_inventory = read_inventory
         self.probe_options = options or ProbeOptions()
         self.report_dir = report_dir
         self.clock = clock
         self.session = Session(kb)
+        self.session.skip_probes(self.probe_options.missing_inputs())
         self.theme = theme
 
     def get_default_screen(self) -> Screen[None]:
@@ -119,9 +127,11 @@ def make_app(
     report_dir: Path | None = None,
     clock: Callable[[], float] = time.monotonic,
     theme: str = "textual-dark",
+    read_inventory: InventoryReader | None = None,
     handle_signals: bool = False,
 ) -> TriageApp:
-    """Build the app: the bundled knowledge base and the real probes unless told otherwise.
+    """Build the app: the bundled knowledge base and the real probes unless told otherwise. The
+    machine's inventory (for the exported report) is read only where probes may run.
 
     `handle_signals` (the CLI's app, not the tests'): Ctrl-C, SIGTERM and SIGHUP close the app,
     stopping its probes, instead of tearing it down mid-frame."""
@@ -129,6 +139,10 @@ def make_app(
         from triage.kb.loader import load_kb
 
         kb = load_kb()
+    if read_inventory is None and not isinstance(runner, NoProbes):
+        from probes.inventory import collect
+
+        read_inventory = collect
     return TriageApp(
         kb,
         runner if runner is not None else app_runner(),
@@ -136,5 +150,6 @@ def make_app(
         report_dir=report_dir,
         clock=clock,
         theme=theme,
+        read_inventory=read_inventory,
         handle_signals=handle_signals,
     )

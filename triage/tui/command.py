@@ -7,7 +7,7 @@ from pathlib import Path
 
 from triage.core.exitcodes import Exit
 
-HELP = "the interactive app (the default): walk the symptoms, probe this machine, reach the fix"
+HELP = "the interactive app (the default): walk, probe, fix"
 DESCRIPTION = (
     "Open the interactive triage app: answer a few questions (or search, or paste an error), let triage "
     "probe this machine where it can, and end at the fix with a note on whether the change needs the "
@@ -17,18 +17,10 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--no-probes", action="store_true", help="never probe this machine; always ask instead"
-    )
-    parser.add_argument(
-        "--probe-timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="limit for each probe (default 30)",
-    )
-    parser.add_argument("--accelerate-config", metavar="PATH", help="the Accelerate config file to inspect")
-    parser.add_argument("--deepspeed-config", metavar="PATH", help="the DeepSpeed JSON to inspect")
+    """Declare the command's arguments on its parser."""
+    from probes.options import add_probe_arguments
+
+    add_probe_arguments(parser)
     parser.add_argument(
         "--report-dir",
         type=Path,
@@ -39,16 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     import sys
 
-    from probes.configs import check_option
+    from probes.options import probe_options
     from probes.runners import NoProbes
     from triage.core.errors import UserError
-    from triage.core.facts import ProbeOptions, check_timeout
 
-    check_timeout("--probe-timeout", args.probe_timeout)
-    check_option("--accelerate-config", args.accelerate_config, "Accelerate")
-    check_option("--deepspeed-config", args.deepspeed_config, "DeepSpeed")
+    options = probe_options(args)
     if args.report_dir is not None and not args.report_dir.is_dir():
         raise UserError(f"--report-dir: not a directory: {args.report_dir}")
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -58,11 +48,6 @@ def run(args: argparse.Namespace) -> int:
         )
     from triage.tui.app import make_app
 
-    options = ProbeOptions(
-        timeout_s=args.probe_timeout,
-        accelerate_config=args.accelerate_config,
-        deepspeed_config=args.deepspeed_config,
-    )
     runner = NoProbes("probes switched off (--no-probes)") if args.no_probes else None
     app = make_app(
         runner=runner,

@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -16,12 +16,15 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Markdown, OptionList, Static
 from textual.widgets.option_list import Option
+from textual.worker import Worker, WorkerState, get_current_worker
 
+from triage.core.facts import ProbeOptions, ProbeRunner
 from triage.core.model import Entry, KnowledgeBase, ProbeNode
 from triage.core.session import Session
 from triage.core.walker import Step
 from triage.render import report
 from triage.render.conversation import evidence_text
+from triage.render.verify import verify_headline
 from triage.tui.modals import OverrideScreen, ProbesScreen
 
 
@@ -35,7 +38,7 @@ class ResultAction:
 
 
 # The sections of the shared entry document the result shows, in this order: the fix first.
-RESULT_SECTIONS = ("Fix", "Verification", "Root cause", "Error signatures", "References")
+RESULT_PARTS = ("fix", "verification", "root_cause", "signatures", "references")
 
 
 def entry_markdown(kb: KnowledgeBase, entry: Entry) -> str:
@@ -43,12 +46,9 @@ def entry_markdown(kb: KnowledgeBase, entry: Entry) -> str:
     and the cause, taken from the same Markdown the CLI and the docs site render."""
     from triage.render.document import entry_sections, md_inline
 
-    sections = {part.title: part for part in entry_sections(entry, kb)}
     lines = [md_inline(entry.summary), ""]
-    for title in RESULT_SECTIONS:
-        part = sections.get(title)
-        if part is not None:
-            lines += [f"## {part.title}", "", part.body, ""]
+    for part in entry_sections(entry, kb, only=RESULT_PARTS):
+        lines += [f"## {part.title}", "", part.body, ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -79,7 +79,7 @@ class ResultScreen(Screen[ResultAction | None]):
         needed = entry.verify.needed
         mark = "⚠" if needed else "✓"
         with Vertical(id="banner", classes="-verify" if needed else "-no-verify"):
-            yield Static(Content(f"{mark}  {report.verify_headline(entry)}"), id="banner-head")
+            yield Static(Content(f"{mark}  {verify_headline(entry)}"), id="banner-head")
             yield Static(Content(entry.verify.why.strip()), id="banner-why")
         kind = "  (not covered by triage: where to look instead)" if not entry.covered else ""
         yield Static(
@@ -114,19 +114,27 @@ class ResultScreen(Screen[ResultAction | None]):
         lines: list[str] = []
         if self.how:
             lines.append(self.how)
-        for number, step in enumerate(self.trail, 1):
+        shown = [step for step in self.trail if not self.session.skipped_step(step)]
+        for number, step in enumerate(shown, 1):
             node = self.session.kb.graph.nodes.get(step.node)
+            target = self._target_words(step.target)
             if isinstance(node, ProbeNode):
                 probe = self.session.probe_name(node)
                 if step.via == "override":
-                    lines.append(f"{number}. {probe}: you chose “{step.answer}” → {step.target}")
+                    lines.append(f"{number}. {probe}: you chose “{step.answer}” → {target}")
                 elif step.via == "fallback":
                     lines.append(f"{number}. {probe}: did not run; you were asked")
                 else:
-                    lines.append(f"{number}. {probe}: {node.fact} = {step.answer} → {step.target}")
+                    lines.append(f"{number}. {probe}: {node.fact} = {step.answer} → {target}")
             else:
                 lines.append(f"{number}. {step.prompt} {step.answer}")
         return "\n".join(lines) or "Opened directly."
+
+    def _target_words(self, target: str) -> str:
+        """Where a step led, in words: an entry's id, or the next question as it is asked."""
+        if target in self.session.kb.entries:
+            return target
+        return f"“{self.session.target_title(target)}”"
 
     def _evidence_text(self) -> str:
         lines: list[str] = []
@@ -168,32 +176,69 @@ class ResultScreen(Screen[ResultAction | None]):
         self.notify(f"Copied to the clipboard: {first}{more}", title="Copied")
 
     def action_export(self) -> None:
-        app_dir = getattr(self.app, "report_dir", None)
-        directory = Path(app_dir) if app_dir is not None else Path.cwd()
+        self.notify("Looking at what the walk did not, then writing the report…", title="Report")
+        self.export_report()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="export")
+    def export_report(self) -> Path:
+        """The same document as `triage report`, with this session's walk and diagnosis: the probes
+        the walk did not run are run now (in the runner's child processes), never recorded in it."""
+        import socket
+        from concurrent.futures import ThreadPoolExecutor
+
+        from triage.core.findings import findings
+        from triage.render.report import REPORT_PROBES, ReportInput, build_report, not_run_here
+
+        app = self.app
+        session = self.session
+        cancel = get_current_worker().cancelled_event
+        options: ProbeOptions = getattr(app, "probe_options", ProbeOptions())
+        runner: ProbeRunner = getattr(app, "runner")  # noqa: B009 (the app's, not this screen's)
+        done = session.probe_results()
+        wanted = [*REPORT_PROBES, *(["lint"] if options.script else [])]
+        missing = [name for name in wanted if name not in {r.name for r in done}]
+        with ThreadPoolExecutor(max_workers=max(1, len(missing))) as pool:
+            extra = list(pool.map(lambda name: runner.run(name, options, cancel), missing))
+        reader = getattr(app, "read_inventory", None)
+        inventory = reader(options.timeout_s, cancel) if reader is not None else None
+        results = [*done, *extra]
+        facts: dict[str, object] = {}
+        for result in results:
+            facts.update(result.facts)
+        flagged = {f for r in results for f in r.flagged}
         now = datetime.now().astimezone()
-        cancelled = [r.probe for r in self.session.records if r.cancelled]
-        text = report.build_report(
-            self.session.kb,
-            self.entry,
-            trail=self.trail,
-            results=self.session.probe_results(),
-            facts=self.session.facts,
-            own_words=self.session.own_words,
-            cancelled=cancelled,
-            how=self.how,
+        data = ReportInput(
             when=now,
+            host=socket.gethostname(),
+            command="the interactive app, `e` on the result",
+            results=results,
+            not_run=not_run_here(results, script=options.script),
+            inventory=inventory,
+            inventory_why="probes are switched off (--no-probes)",
+            findings=findings(facts, session.kb, flagged),
+            entry=self.entry,
+            how=self.how or ("Reached by the walk below." if self.trail else ""),
+            trail=self.trail,
+            own_words=session.own_words,
+            cancelled=[r.probe for r in session.records if r.cancelled],
         )
-        path = directory / report.report_filename(self.entry.id, now)
-        try:
-            path.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            self.notify(f"Could not write the report: {exc}", severity="error")
+        text = build_report(session.kb, data)
+        app_dir = getattr(app, "report_dir", None)
+        directory = Path(app_dir) if app_dir is not None else Path.cwd()
+        return write_new(directory, report.report_filename(self.entry.id, now), text)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "export":
             return
-        self.report_path = path.resolve()
-        saved = self.query_one("#saved", Static)
-        saved.update(Content.assemble(("Report written to ", "bold"), str(self.report_path)))
-        saved.display = True
-        self.notify(str(self.report_path), title="Report written")
+        if event.state == WorkerState.SUCCESS and isinstance(event.worker.result, Path):
+            self.report_path = event.worker.result.resolve()
+            saved = self.query_one("#saved", Static)
+            saved.update(Content.assemble(("Report written to ", "bold"), str(self.report_path)))
+            saved.display = True
+            self.notify(str(self.report_path), title="Report written")
+        elif event.state == WorkerState.ERROR:
+            error = event.worker.error
+            self.notify(f"Could not write the report: {error}", severity="error")
 
     def action_override(self) -> None:
         steps = [s for s in self.trail if isinstance(self.session.kb.graph.nodes.get(s.node), ProbeNode)]
@@ -243,3 +288,18 @@ class ResultScreen(Screen[ResultAction | None]):
                 self.dismiss(action)
 
         self.app.push_screen(ResultScreen(self.session, entry, walked=False, how=how), forward)
+
+
+def write_new(directory: Path, name: str, text: str) -> Path:
+    """Write `text` to a file that did not exist (never through a link, never over an earlier
+    report): `name`, else `name` with -2, -3, ... before the suffix."""
+    stem, suffix = name.rsplit(".", 1)
+    for attempt in range(1, 100):
+        path = directory / (name if attempt == 1 else f"{stem}-{attempt}.{suffix}")
+        try:
+            with path.open("x", encoding="utf-8") as handle:
+                handle.write(text)
+        except FileExistsError:
+            continue
+        return path
+    raise OSError(f"no free file name for {name} in {directory}")

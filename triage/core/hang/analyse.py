@@ -16,9 +16,12 @@ The rules read like an engineer comparing eight stacks:
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from triage.core.hang.classify import RankState, classify
+from triage.core.hang.record_compare import agreement, compare, state_from_record
+from triage.core.hang.recorded import RankRecord
 from triage.core.hang.stacks import LineContext, RankSample
 
 
@@ -32,12 +35,16 @@ class Group:
 
 @dataclass(frozen=True)
 class Diagnosis:
+    """An entry the hang points at, with the evidence."""
+
     entry: str
     evidence: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class HangPicture:
+    """What every rank of a hung job is doing, grouped, and the verdict."""
+
     ranks: tuple[RankState, ...]
     groups: tuple[Group, ...]
     suspect_ranks: tuple[int, ...]
@@ -46,6 +53,7 @@ class HangPicture:
     world_size: int | None = None
     missing_ranks: tuple[int, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    recorded: tuple[str, ...] = ()  # what the job's own records (Flight Recorder, NCCL RAS) say
 
 
 def _rank_label(ranks: tuple[int | None, ...]) -> str:
@@ -157,6 +165,7 @@ def _straggler(waiting: list[Group], others: list[Group]) -> tuple[list[Diagnosi
         "data": "is stuck loading data",
         "waiting": "is stuck outside any collective",
         "computing": "is still computing",
+        "outside": "has no collective in flight",
         "unknown": "could not be read",
     }
     what = " / ".join(doing.get(k, k) for k in sorted(kinds))
@@ -168,12 +177,67 @@ def _straggler(waiting: list[Group], others: list[Group]) -> tuple[list[Diagnosi
     )
 
 
-def analyse(samples: list[RankSample]) -> HangPicture:
-    """The picture for the ranks sampled on this node."""
-    world = max((s.world_size or 0 for s in samples), default=0) or None
+def analyse(samples: list[RankSample], records: Sequence[RankRecord] = ()) -> HangPicture:
+    """The picture for the ranks sampled on this node, with what their Flight Recorders hold.
+
+    A rank whose stack could not be read is described by its record where there is one; ranks
+    with a record and no process seen here (dumps from another node, a job seen only through its
+    dumps) are added from their records."""
+    by_rank = {r.rank: r for r in records}
+    states: list[RankState] = []
+    read: list[RankState] = []
+    for sample in samples:
+        record = by_rank.get(sample.rank) if sample.rank is not None else None
+        if sample.error and record is not None:
+            states.append(state_from_record(record, sample.host))
+        else:
+            states.append(classify(sample))
+            if not sample.error:
+                read.append(states[-1])
+    seen = {s.rank for s in samples}
+    states += [state_from_record(r) for r in records if r.rank not in seen]
+    world = max([0] + [s.world_size or 0 for s in samples] + [r.world_size or 0 for r in records]) or None
     # Ranks of other nodes are not missing, only out of sight: count the slots of the nodes seen.
     slots = sum(n or 0 for n in {s.host: s.local_world_size for s in samples}.values())
-    return analyse_states([classify(s) for s in samples], world, slots)
+    picture = analyse_states(states, world, slots)
+    return with_records(picture, read, records)
+
+
+def with_records(
+    picture: HangPicture, read: Sequence[RankState], records: Sequence[RankRecord]
+) -> HangPicture:
+    """`picture` with the records' own reading, their agreement with the stacks, and their evidence
+    added to the first diagnosis."""
+    if not records:
+        return picture
+    findings = compare(records)
+    lines = (*findings.lines, *agreement(read, records))
+    diagnoses = picture.diagnoses
+    if diagnoses and findings.mismatch:
+        first = diagnoses[0]
+        evidence = (*first.evidence, *(f"Flight Recorder: {line}" for line in findings.lines))
+        diagnoses = (replace(first, evidence=evidence), *diagnoses[1:])
+    suspects = picture.suspect_ranks or (findings.suspects if diagnoses else ())
+    return replace(picture, diagnoses=diagnoses, suspect_ranks=suspects, recorded=(*picture.recorded, *lines))
+
+
+def with_ras(picture: HangPicture, lines: Sequence[str], suspects: tuple[int, ...]) -> HangPicture:
+    """`picture` with what NCCL RAS reported twice alike; RAS alone names the lagging ranks."""
+    if not lines:
+        return picture
+    recorded = (*picture.recorded, *lines)
+    if picture.ranks or not suspects:
+        named = picture.suspect_ranks or (suspects if picture.diagnoses else ())
+        return replace(picture, recorded=recorded, suspect_ranks=named)
+    evidence = tuple(lines)
+    return replace(
+        picture,
+        recorded=recorded,
+        suspect_ranks=suspects,
+        verdict=f"NCCL RAS: {_rank_label(suspects)} launched fewer operations than the others and did "
+        "not move between two reads",
+        diagnoses=(Diagnosis("MN3", evidence), Diagnosis("P7", evidence), Diagnosis("D20", evidence)),
+    )
 
 
 def analyse_states(found: list[RankState], world: int | None, slots: int) -> HangPicture:
@@ -194,7 +258,11 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
     waiting = [g for g in groups if g.state.kind in ("collective", "init")]
     others = [g for g in groups if g.state.kind not in ("collective", "init")]
     if not waiting:
-        verdict = "no rank is waiting in a collective: this does not look like a distributed hang"
+        verdict = (
+            "the job's processes exited while triage read them: nothing is hung now"
+            if states and all(s.kind == "exited" for s in states)
+            else "no rank is waiting in a collective: this does not look like a distributed hang"
+        )
         return HangPicture(tuple(states), groups, (), (), verdict, world, missing, tuple(notes))
     if others:
         diagnoses, suspects, verdict = _straggler(waiting, others)

@@ -42,7 +42,8 @@ _LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "<frozen", "/lib/python3
 
 @dataclass(frozen=True)
 class RankState:
-    """A rank's state: `kind` is collective | init | data | waiting | computing | exited | unknown."""
+    """A rank's state: `kind` is collective | init | data | waiting | computing | outside | exited |
+    unknown (`outside`: outside any collective, known only from its Flight Recorder)."""
 
     rank: int | None
     pid: int
@@ -68,12 +69,14 @@ class RankState:
             "data": f"loading data{where}",
             "waiting": f"waiting outside any collective (sleep, I/O or a lock){where}",
             "computing": f"computing outside any collective{where}",
+            "outside": f"in no collective by its Flight Recorder ({self.detail})",
             "exited": "not running (exited or never started)",
             "unknown": f"stack not readable: {self.detail}",
         }.get(self.kind, self.kind)
 
 
 def is_library(path: str) -> bool:
+    """Whether a frame's file belongs to a library rather than the user's code."""
     return any(mark in path for mark in _LIBRARY_MARKS) or path.startswith("<")
 
 
@@ -90,7 +93,7 @@ def classify(sample: RankSample) -> RankState:
     """Name what `sample`'s main thread is doing, and the user frame that led there."""
     base = RankState(sample.rank, sample.pid, sample.host, kind="unknown")
     if sample.error:
-        return replace(base, detail=sample.error)
+        return replace(base, kind="exited" if sample.gone else "unknown", detail=sample.error)
     frames = sample.frames
     mine = user_frame(frames)
     base = replace(base, user_frame=mine, context=sample.contexts.get(mine.where()) if mine else None)

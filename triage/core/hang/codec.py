@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from triage.core.hang.analyse import HangPicture, analyse_states
@@ -27,6 +28,7 @@ def _frame(frame: Frame | None, context: LineContext | None) -> dict[str, Any] |
 
 
 def state_json(state: RankState) -> dict[str, Any]:
+    """One rank's state as JSON data."""
     return {
         "rank": state.rank,
         "pid": state.pid,
@@ -41,6 +43,7 @@ def state_json(state: RankState) -> dict[str, Any]:
 
 
 def picture_json(picture: HangPicture, slots: int) -> dict[str, Any]:
+    """A hang picture as JSON data (the `triage hang --json` schema)."""
     return {
         "schema": SCHEMA,
         "verdict": picture.verdict,
@@ -54,6 +57,7 @@ def picture_json(picture: HangPicture, slots: int) -> dict[str, Any]:
         ],
         "suspect_ranks": list(picture.suspect_ranks),
         "diagnoses": [{"id": d.entry, "evidence": list(d.evidence)} for d in picture.diagnoses],
+        "recorded": list(picture.recorded),
         "notes": list(picture.notes),
     }
 
@@ -100,17 +104,26 @@ def _state_from(data: dict[str, Any]) -> RankState:
 
 def merge(documents: list[dict[str, Any]]) -> tuple[HangPicture, int]:
     """One picture from several nodes' `triage hang --json` documents."""
-    states: dict[tuple[str, int], RankState] = {}
+    states: dict[tuple[str, int, int | None], RankState] = {}
+    recorded: list[str] = []
     world = 0
     slots: dict[str, int] = {}
     for doc in documents:
         if doc.get("schema") != SCHEMA or not isinstance(doc.get("ranks"), list):
             raise ValueError("not the output of `triage hang --json`")
         world = max(world, int(doc.get("world_size") or 0))
+        lines = doc.get("recorded")
+        recorded += [f"{_host_of(doc)}: {line}" for line in lines or [] if isinstance(line, str)]
         for item in doc["ranks"]:
             if isinstance(item, dict):
                 state = _state_from(item)
-                states[(state.host, state.pid)] = state
+                states[(state.host, state.pid, state.rank)] = state
                 slots[state.host] = max(slots.get(state.host, 0), int(doc.get("visible_slots") or 0))
     total = sum(slots.values())
-    return analyse_states(list(states.values()), world or None, total), total
+    picture = analyse_states(list(states.values()), world or None, total)
+    return replace(picture, recorded=tuple(recorded)), total
+
+
+def _host_of(doc: dict[str, Any]) -> str:
+    hosts = {str(r.get("host")) for r in doc.get("ranks") or [] if isinstance(r, dict) and r.get("host")}
+    return ", ".join(sorted(hosts)) or "a node"

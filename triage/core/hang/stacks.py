@@ -48,4 +48,5 @@ class RankSample:
     active: bool = False  # the thread was running (not waiting) when sampled
     moving: bool = False  # two samples differed: the rank is making progress
     error: str = ""  # why the stack could not be read
+    gone: bool = False  # the process exited while it was being read
     contexts: dict[str, LineContext] = field(default_factory=dict)  # "file:line" -> context

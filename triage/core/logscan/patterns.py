@@ -14,22 +14,11 @@ Every regex is compiled with its repeats bounded and searched in bounded windows
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass
-from typing import Any
 
 from triage.core.model import KnowledgeBase, Signature
+from triage.core.regex_literals import best_requirement
 from triage.core.safe_regex import MATCH_CHARS, bounded, reach, windows
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import sre_constants as _c
-    import sre_parse as _parse
-
-MIN_ANCHOR = 3
-# Words on most lines of a healthy training log: an anchor made of one of them would send every
-# line to the regexes, so another required part of the pattern is chosen when there is one.
-COMMON_WORDS = frozenset({"loss", "rank", "node", "step", "epoch", "thread ", "train", "data", "time"})
 
 # Markers of lines the scanner parses itself, whatever the knowledge says (lower case).
 STRUCTURAL_ANCHORS: tuple[str, ...] = (
@@ -52,6 +41,8 @@ STRUCTURAL_ANCHORS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class CompiledSignature:
+    """A signature compiled for scanning, with its anchors."""
+
     entry_id: str
     index: int  # position in the entry's `signatures`
     signature: Signature
@@ -68,6 +59,8 @@ class CompiledSignature:
 
 @dataclass(frozen=True)
 class SignatureSet:
+    """Every compiled signature, indexed by anchor."""
+
     signatures: tuple[CompiledSignature, ...]
     # anchor -> indexes into `signatures` that it can start
     by_anchor: dict[str, tuple[int, ...]]
@@ -104,67 +97,4 @@ def compile_signatures(kb: KnowledgeBase) -> SignatureSet:
 
 def anchors_of(pattern: str) -> tuple[str, ...]:
     """Lower-case literals of which every match of `pattern` contains at least one; () if none."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            parsed = _parse.parse(pattern, re.IGNORECASE)
-    except re.error:
-        return ()
-    best = _best(_requirements(list(parsed)))  # type: ignore[call-overload]
-    return tuple(sorted(set(best))) if best else ()
-
-
-# A requirement is a set of alternatives, one of which every match contains.
-Requirement = tuple[str, ...]
-
-
-def _requirements(items: list[tuple[Any, Any]]) -> list[Requirement]:
-    """Every requirement a sequence of parsed regex items imposes."""
-    found: list[Requirement] = []
-    run: list[str] = []
-
-    def close_run() -> None:
-        if run:
-            found.append(("".join(run),))
-            run.clear()
-
-    for op, av in items:
-        if op is _c.LITERAL:
-            run.append(chr(av).lower())
-            continue
-        close_run()
-        if op is _c.SUBPATTERN:
-            found.extend(_requirements(list(av[-1])))
-        elif op in (_c.MAX_REPEAT, _c.MIN_REPEAT) and av[0] >= 1:
-            found.extend(_requirements(list(av[2])))
-        elif op is _c.BRANCH:
-            options: list[str] = []
-            for alternative in av[1]:
-                best = _best(_requirements(list(alternative)))
-                if not best:
-                    options = []
-                    break
-                options.extend(best)
-            if options:
-                found.append(tuple(options))
-        elif op is _c.IN and len(av) == 1 and av[0][0] is _c.LITERAL:
-            run.append(chr(av[0][1]).lower())
-            continue
-    close_run()
-    return found
-
-
-def _best(requirements: list[Requirement]) -> Requirement:
-    """The requirement that filters best: fewest alternatives, each as long as possible."""
-    usable = [r for r in requirements if all(len(text) >= MIN_ANCHOR for text in r)]
-    if not usable:
-        return ()
-    return max(
-        usable,
-        key=lambda r: (
-            not any(t.strip() in COMMON_WORDS for t in r),
-            min(len(t) for t in r) >= 6,
-            -len(r),
-            min(len(t) for t in r),
-        ),
-    )
+    return tuple(sorted(set(best_requirement(pattern))))

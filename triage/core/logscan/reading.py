@@ -117,6 +117,7 @@ def sniff(name: str, head: bytes) -> None:
 
 
 def too_long(name: str, max_line: int) -> UserError:
+    """The error for a line longer than the limit."""
     return UserError(
         f"{name}: a line is longer than {max_line:,} bytes; this does not look like a text log"
         " (raise --max-line-bytes if it really is one)"
@@ -230,6 +231,7 @@ def ere(anchor: str) -> str:
 
 
 def grep_command(anchors: tuple[str, ...]) -> list[str]:
+    """The grep command line that finds lines holding any anchor."""
     # -E rather than -F: in the C locale GNU grep 3.8 runs ~250 case-folded literals given as -E
     # through its DFA, twice as fast as its multi-string search for -F. LC_ALL=C (see _popen)
     # keeps -i to ASCII folding, as bytes.lower() does in the python engine. -A1: the line after

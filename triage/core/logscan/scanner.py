@@ -45,6 +45,8 @@ OWN_ERROR_KINDS = ("exception", "terminate", "abort", "warn", "detail")
 
 @dataclass(frozen=True)
 class Event:
+    """A line the scan noticed: a signature hit, an exit report or an error."""
+
     kind: str  # "hit" | "exit" | one of OWN_ERROR_KINDS
     source: int  # index into Scan.sources
     line: int  # 1-based
@@ -79,7 +81,8 @@ class Scan:
     events: list[Event] = field(default_factory=list)
     lines: int = 0  # lines scanned (all of them, not only candidates)
     candidates: int = 0  # lines that passed the prefilter
-    hits: int = 0  # signature hits, including those not kept
+    hits: int = 0  # signature hits, including those not kept (a line can hold several)
+    hit_lines: int = 0  # lines with at least one signature hit
     dropped: int = 0  # events not kept because of MAX_EVENTS
     ranks_seen: set[int] = field(default_factory=set)
     root_cause_rank: int | None = None  # the rank torchrun's summary calls the root cause
@@ -194,6 +197,7 @@ class Scanner:
 
         matched = False
         role = ""
+        hits_before = self.scan.hits
         if _FRAME_LINE.match(body):
             self._frame_at[(source, rank)] = number
             role = "frame"
@@ -224,6 +228,8 @@ class Scanner:
                     )
                 )
                 matched = matched or sig.echo or sig.weight >= SUBSTANTIVE_WEIGHT
+        if self.scan.hits > hits_before:
+            self.scan.hit_lines += 1
         self._current = (rank, when)
         if role == "info":
             return

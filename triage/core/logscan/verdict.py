@@ -39,6 +39,8 @@ FALLBACK_CHARS = 6000  # text handed to the query engine when no signature fires
 
 @dataclass(frozen=True)
 class Diagnosis:
+    """An entry the log points at, its score and its evidence."""
+
     entry_id: str
     score: float
     evidence: tuple[Event, ...]
@@ -48,6 +50,8 @@ class Diagnosis:
 
 @dataclass
 class Verdict:
+    """What the log scan concluded: the diagnoses and the first real failure."""
+
     found: bool
     diagnoses: list[Diagnosis]
     first: Event | None  # the first real failure (or first echo when nothing else)

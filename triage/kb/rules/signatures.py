@@ -35,6 +35,7 @@ def compiled(signature: Signature) -> re.Pattern[str] | None:
     fix="escape literal ( ) [ ] . * + ? with a backslash, and write the pattern in single quotes",
 )
 def regex_compiles(ctx: Context) -> Iterator[Finding]:
+    """Report a signature pattern that Python's `re` cannot compile."""
     for src, _, index, signature in signatures(ctx):
         try:
             re.compile(signature.pattern, re.IGNORECASE)
@@ -51,6 +52,7 @@ def regex_compiles(ctx: Context) -> Iterator[Finding]:
     fix="make the pattern require real text",
 )
 def regex_not_empty(ctx: Context) -> Iterator[Finding]:
+    """Report a signature pattern that matches the empty string."""
     for src, _, index, signature in signatures(ctx):
         regex = compiled(signature)
         if regex is not None and regex.search(""):
@@ -65,6 +67,31 @@ def regex_not_empty(ctx: Context) -> Iterator[Finding]:
 
 @rule(
     "KB019",
+    "examples-match",
+    finds="a signature whose `examples` include a line its pattern does not match",
+    why="the examples are the real lines the signature was written for; one that no longer matches "
+    "means the pattern (or the pasted line) is wrong, and `triage log` would miss that failure",
+    fix="correct the pattern so it matches the real line (or paste the line verbatim from the thread or log)",
+)
+def examples_match(ctx: Context) -> Iterator[Finding]:
+    """Report a signature whose `examples` include a line its pattern does not match."""
+    for src, _, index, signature in signatures(ctx):
+        regex = compiled(signature)
+        if regex is None:
+            continue  # regex-compiles reports it
+        for number, example in enumerate(signature.examples):
+            if not regex.search(example):
+                line = ctx.line(src, "signatures", index, "examples", number)
+                yield Finding(
+                    src,
+                    line,
+                    f"signatures[{index}].examples[{number}]",
+                    f"the pattern does not match this example: {example[:120]!r}",
+                )
+
+
+@rule(
+    "KB020",
     "regex-linear-time",
     finds="a signature pattern whose shape makes a backtracking engine slow: nested quantifiers "
     "(`(a+)+`), alternatives that overlap inside a repeat, or two unbounded repeats in a row that can "
@@ -75,6 +102,7 @@ def regex_not_empty(ctx: Context) -> Iterator[Finding]:
     "bound the gap (`.{0,200}`); never put a quantifier inside another",
 )
 def regex_linear_time(ctx: Context) -> Iterator[Finding]:
+    """Report a signature pattern that can take super-linear time to search (safe_regex.hazards)."""
     from triage.core.safe_regex import hazards
 
     for src, _, index, signature in signatures(ctx):

@@ -1,6 +1,11 @@
-"""MN3, hanging: rank 1 is stuck loading a sample (a stalled read) while rank 0 waits in all_reduce."""
+"""MN3, hanging: rank 1 is stuck loading a sample (a stalled read) while rank 0 waits in all_reduce.
+
+HANG_LOADER_WORKERS=N loads in N DataLoader worker processes (children of the rank that inherit its
+RANK and LOCAL_RANK): the stalled read is then in a worker, and rank 1 waits for it.
+"""
 
 import datetime
+import os
 import time
 
 import torch
@@ -9,6 +14,8 @@ from torch.utils.data import DataLoader, Dataset
 
 
 class SlowOnRankOne(Dataset[torch.Tensor]):
+    """A dataset whose loading stalls on rank 1."""
+
     def __init__(self, rank: int) -> None:
         self.rank = rank
 
@@ -22,9 +29,11 @@ class SlowOnRankOne(Dataset[torch.Tensor]):
 
 
 def main() -> None:
+    """Run this reproduction as one rank of the job."""
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
     rank = dist.get_rank()
-    loader = DataLoader(SlowOnRankOne(rank), batch_size=4, num_workers=0)
+    workers = int(os.environ.get("HANG_LOADER_WORKERS", "0"))
+    loader = DataLoader(SlowOnRankOne(rank), batch_size=4, num_workers=workers)
     for batch in loader:
         total = batch.sum()
         dist.all_reduce(total)

@@ -1,0 +1,73 @@
+"""`triage ask` leads with the verdict, the verification banner and the fix, in one screen."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tests.conftest import CliResult
+from triage.core.model import KnowledgeBase
+from triage.render.answer import SCREEN_ROWS, answer_lines
+from triage.render.terminal import Style
+
+Run = Callable[..., CliResult]
+PLAIN = Style(color=False, width=100)
+
+
+def test_every_entry_answers_within_a_screen_with_the_banner_before_the_fix(kb: KnowledgeBase) -> None:
+    entries = list(kb.entries.values())
+    for entry in entries:
+        others = [(e, 0.5) for e in entries if e is not entry][:3]
+        lines = answer_lines(kb, entry, 0.9, "match", others, PLAIN)
+        assert len(lines) <= SCREEN_ROWS, (entry.id, len(lines))
+        assert lines[0].startswith(("Best match (0.90): ", "Out of scope (0.90): ")) and entry.id in lines[0]
+        banner = "NEEDS EXPERIMENT VERIFICATION" if entry.verify.needed else "No experiment re-verification"
+        assert banner in lines[1] or banner in lines[2], entry.id  # right under the verdict (1-2 lines)
+        assert "Fix" in lines, entry.id
+        fix_at = lines.index("Fix")
+        assert fix_at < 12 and lines[fix_at + 1].strip(), entry.id
+        # a long fix is cut with the command that shows the rest
+        full_fix = answer_lines(kb, entry, 0.9, "match", others, PLAIN, full=True)
+        if len(full_fix) > len(lines):
+            assert any(f"triage show {entry.id}" in line for line in lines), entry.id
+
+
+def test_full_has_the_cause_the_whole_fix_and_related(kb: KnowledgeBase) -> None:
+    entry = kb.entries["D9"]
+    lines = answer_lines(kb, entry, 0.9, "match", [], PLAIN, full=True)
+    text = "\n".join(lines)
+    assert "Why it happens" in text and "Related" in text
+    assert "Join" in text  # the last step of D9's fix
+    assert text.index("NEEDS EXPERIMENT VERIFICATION") < text.index("Fix") < text.index("Why it happens")
+
+
+class Question:
+    """The shape of the engine's separating question (node, prompt, options)."""
+
+    node = "hang_end"
+    prompt = "Where does it hang?"
+    options = (("At the very last batch", "D9"), ("Right after a save", "D21"))
+
+
+def test_a_close_call_shows_the_question_that_separates_the_answers(kb: KnowledgeBase) -> None:
+    lines = answer_lines(
+        kb, kb.entries["D9"], 0.6, "match", [(kb.entries["D21"], 0.58)], PLAIN, question=Question()
+    )
+    text = "\n".join(lines)
+    assert "Close call between D9 and D21" in text
+    assert "“At the very last batch” → D9" in text and "“Right after a save” → D21" in text
+    assert "hang_end" not in text  # the question's words, never its internal id
+    assert len(lines) <= SCREEN_ROWS
+
+
+@pytest.mark.parametrize("query", ["hangs at end of epoch", "NCCL WARN NET/Socket : message truncated"])
+def test_ask_default_fits_a_screen_and_brief_keeps_the_verify_marker(run_cli: Run, query: str) -> None:
+    out = run_cli("ask", query).stdout.decode().splitlines()
+    assert len(out) <= SCREEN_ROWS
+    assert any("experiment" in line.lower() for line in out[1:3])
+    brief = run_cli("ask", "--brief", "hangs at end of epoch").stdout.decode()
+    d9 = next(line for line in brief.splitlines() if line.strip().startswith("D9 "))
+    assert "[verify]" in d9
+    full = run_cli("ask", "--full", "hangs at end of epoch").stdout.decode()
+    assert "Why it happens" in full and len(full.splitlines()) > SCREEN_ROWS

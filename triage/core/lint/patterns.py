@@ -1,0 +1,146 @@
+"""Small recognisers several checks share: world-size values, optimizer steps, loops, accumulation."""
+
+from __future__ import annotations
+
+import ast
+
+from triage.core.lint.script import Call, Script, dotted
+
+WORLD_SIZE_NAMES = frozenset(
+    {
+        "world_size",
+        "ddp_world_size",
+        "ngpus_per_node",
+        "ngpus",
+        "n_gpu",
+        "n_gpus",
+        "num_gpus",
+        "nprocs",
+        "num_processes",
+        "num_replicas",
+        "gpus_per_node",
+        "nproc_per_node",
+        "num_devices",
+        "world",
+    }
+)
+_WORLD_CALLS = frozenset({"get_world_size", "device_count", "xrt_world_size", "get_data_parallel_world_size"})
+OPTIMIZER_TAILS = frozenset(
+    {
+        "SGD",
+        "Adam",
+        "AdamW",
+        "Adagrad",
+        "Adadelta",
+        "Adamax",
+        "NAdam",
+        "RAdam",
+        "RMSprop",
+        "LBFGS",
+        "Adafactor",
+        "Lion",
+        "LAMB",
+        "Lamb",
+        "FusedAdam",
+        "FusedLAMB",
+        "DeepSpeedCPUAdam",
+        "AdamW8bit",
+    }
+)
+
+
+class WorldSize:
+    """Recognises the number of processes: `dist.get_world_size()`, `world_size`, `accelerator.num_processes`,
+    `os.environ["WORLD_SIZE"]`, and names assigned from any of them anywhere in the file."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.names: set[str] = set()
+        for _ in range(2):
+            for node in script.of_type(ast.Assign):
+                if self.is_world_size(node.value):
+                    self.names.update(dotted(t) for t in node.targets if dotted(t))
+
+    def is_world_size(self, expr: ast.AST) -> bool:
+        if isinstance(expr, ast.Call):
+            callee = self.script.qual(expr.func) or ""
+            tail = callee.rsplit(".", 1)[-1]
+            if tail == "int" and expr.args:
+                return self.is_world_size(expr.args[0])
+            if tail in _WORLD_CALLS or (tail == "size" and callee.startswith("horovod")):
+                return True
+            if (callee.endswith("environ.get") or callee.endswith("getenv")) and expr.args:
+                return isinstance(expr.args[0], ast.Constant) and expr.args[0].value == "WORLD_SIZE"
+            return False
+        if isinstance(expr, ast.Subscript) and dotted(expr.value).endswith("environ"):
+            return isinstance(expr.slice, ast.Constant) and expr.slice.value == "WORLD_SIZE"
+        text = dotted(expr)
+        if not text:
+            return False
+        return text in self.names or text.rsplit(".", 1)[-1] in WORLD_SIZE_NAMES
+
+    def mentioned_in(self, expr: ast.AST) -> bool:
+        return any(self.is_world_size(node) for node in ast.walk(expr))
+
+
+def world_size(script: Script) -> WorldSize:
+    """The script's WorldSize recogniser, built once and shared by the checks."""
+    found = script.cache.get("world_size")
+    if not isinstance(found, WorldSize):
+        found = WorldSize(script)
+        script.cache["world_size"] = found
+    return found
+
+
+def is_optimizer_step(call: Call) -> bool:
+    """`optimizer.step()`, `opt.step()`, `scaler.step(optimizer)`: an update of the weights."""
+    if call.tail != "step" or call.receiver is None:
+        return False
+    text = dotted(call.receiver).lower()
+    return "optim" in text or text.endswith(("opt", "scaler"))
+
+
+def is_backward(call: Call) -> bool:
+    """Whether a call is `loss.backward()` (not torch.autograd.backward)."""
+    return (
+        call.tail == "backward" and call.receiver is not None and not call.name.startswith("torch.autograd")
+    )
+
+
+def accumulation_like(text: str) -> bool:
+    """Whether a name looks like a gradient-accumulation counter."""
+    lowered = text.lower()
+    return "accum" in lowered or "grad_acc" in lowered or lowered.endswith(("_gas", "gas"))
+
+
+def loops_of(script: Script, node: ast.AST) -> list[ast.For | ast.While | ast.AsyncFor]:
+    """The loops around a node inside its own function, innermost first."""
+    found: list[ast.For | ast.While | ast.AsyncFor] = []
+    for parent in script.ancestors(node):
+        if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            break
+        if isinstance(parent, ast.For | ast.While | ast.AsyncFor):
+            found.append(parent)
+    return found
+
+
+def has_modulo(expr: ast.AST) -> bool:
+    """Whether an expression contains a `%`."""
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(expr))
+
+
+def enclosing_ifs(script: Script, node: ast.AST, stop: ast.AST | None = None) -> list[ast.If]:
+    """The `if` statements whose body (or else) holds a node, innermost first, up to `stop`."""
+    found: list[ast.If] = []
+    for parent in script.ancestors(node):
+        if parent is stop or isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            break
+        if isinstance(parent, ast.If):
+            found.append(parent)
+    return found
+
+
+def kwarg_true(call: Call, name: str) -> bool:
+    """Whether a call passes `name=True`."""
+    value = call.kwarg(name)
+    return isinstance(value, ast.Constant) and value.value is True

@@ -1,0 +1,223 @@
+"""E12: gradient accumulation under DDP and `no_sync`.
+
+TRG052: accumulation (the optimizer steps every N micro-batches) with no `no_sync` anywhere: an
+        all-reduce on every micro-batch.
+TRG053: the optimizer steps inside `with model.no_sync():` right after a backward there: the step
+        uses gradients that were never all-reduced.
+TRG054: `no_sync` around backward only, with the forward outside: DDP still all-reduces.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from triage.core.lint.context import Context
+from triage.core.lint.model import Finding, Rule
+from triage.core.lint.patterns import (
+    accumulation_like,
+    enclosing_ifs,
+    has_modulo,
+    is_backward,
+    is_optimizer_step,
+    loops_of,
+)
+from triage.core.lint.script import Call, dotted
+
+TRG052 = Rule(
+    code="TRG052",
+    entry="E12",
+    severity="info",
+    name="accumulation-without-no-sync",
+    message="gradient accumulation under DDP without no_sync all-reduces on every micro-batch",
+    fix="run the forward and backward of every micro-batch but the last inside `with model.no_sync():`",
+    fact="lint.accumulation_sync",
+    finds=(
+        "A DDP script whose loop steps the optimizer every N micro-batches (`if (i + 1) % accum == 0:"
+        " optimizer.step()`, or backward inside `for _ in range(accumulation_steps)`), when nothing in"
+        " the file uses `no_sync` or `require_backward_grad_sync`."
+    ),
+    why=(
+        "DDP all-reduces gradients during every backward in sync mode. Accumulating over N micro-batches"
+        " without `no_sync` sends N times the traffic for the same update, so accumulation buys no"
+        " speed on slow links. The result is correct; the time is wasted."
+    ),
+    example=(
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "model = DDP(model, device_ids=[local_rank])\n"
+        "for i, batch in enumerate(loader):\n"
+        "    loss = model(batch).mean() / accum\n"
+        "    loss.backward()\n"
+        "    if (i + 1) % accum == 0:\n"
+        "        optimizer.step()\n"
+        "        optimizer.zero_grad()\n"
+    ),
+    fixed=(
+        "import contextlib\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "model = DDP(model, device_ids=[local_rank])\n"
+        "for i, batch in enumerate(loader):\n"
+        "    last = (i + 1) % accum == 0\n"
+        "    with contextlib.nullcontext() if last else model.no_sync():\n"
+        "        loss = model(batch).mean() / accum\n"
+        "        loss.backward()\n"
+        "    if last:\n"
+        "        optimizer.step()\n"
+        "        optimizer.zero_grad()\n"
+    ),
+)
+TRG053 = Rule(
+    code="TRG053",
+    entry="E12",
+    severity="error",
+    name="step-inside-no-sync",
+    message="the optimizer steps inside no_sync, on gradients that were never all-reduced",
+    fix="leave the last micro-batch of each step outside `no_sync`, and step after it",
+    fact="lint.accumulation_sync",
+    finds="`optimizer.step()` inside `with model.no_sync():` after a `backward()` in the same block.",
+    why=(
+        "Inside `no_sync` DDP skips the all-reduce. A step taken right after a backward there uses each"
+        " rank's local gradient only: the replicas drift apart and the run trains like N independent"
+        " models on 1/N of the data each, with no error anywhere."
+    ),
+    example=(
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "model = DDP(model, device_ids=[local_rank])\n"
+        "for batch in loader:\n"
+        "    with model.no_sync():\n"
+        "        model(batch).mean().backward()\n"
+        "        optimizer.step()\n"
+    ),
+    fixed=(
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "model = DDP(model, device_ids=[local_rank])\n"
+        "for batch in loader:\n"
+        "    model(batch).mean().backward()\n"
+        "    optimizer.step()\n"
+    ),
+)
+TRG054 = Rule(
+    code="TRG054",
+    entry="E12",
+    severity="warning",
+    name="no-sync-around-backward-only",
+    message="no_sync covers the backward but not the forward, so DDP still all-reduces",
+    fix="put the forward of the micro-batch inside the `no_sync` block too",
+    fact="lint.accumulation_sync",
+    finds="`with model.no_sync():` whose block calls `backward()` but never runs the model.",
+    why=(
+        "DDP decides whether to synchronise when the forward runs (it prepares the reducer there). A"
+        " forward outside `no_sync` followed by a backward inside it still all-reduces: the context"
+        " does nothing, and the accumulation costs full communication."
+    ),
+    example=(
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "model = DDP(model, device_ids=[local_rank])\n"
+        "loss = model(batch).mean()\n"
+        "with model.no_sync():\n"
+        "    loss.backward()\n"
+    ),
+    fixed=(
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "model = DDP(model, device_ids=[local_rank])\n"
+        "with model.no_sync():\n"
+        "    loss = model(batch).mean()\n"
+        "    loss.backward()\n"
+    ),
+)
+RULES = (TRG052, TRG053, TRG054)
+
+
+def _no_sync_blocks(ctx: Context) -> Iterator[tuple[ast.With, ast.expr]]:
+    for node in [*ctx.script.of_type(ast.With), *ctx.script.of_type(ast.AsyncWith)]:
+        if isinstance(node, ast.With | ast.AsyncWith):
+            for item in node.items:
+                expr = item.context_expr
+                if (
+                    isinstance(expr, ast.Call)
+                    and isinstance(expr.func, ast.Attribute)
+                    and expr.func.attr == "no_sync"
+                ):
+                    yield node, expr.func.value  # type: ignore[misc]
+
+
+def _calls_in(ctx: Context, block: ast.AST) -> list[Call]:
+    inside = {id(n) for n in ast.walk(block) if isinstance(n, ast.Call)}
+    return [c for c in ctx.script.call_list if id(c.node) in inside]
+
+
+def _check_no_sync_blocks(ctx: Context) -> Iterator[Finding]:
+    for block, model in _no_sync_blocks(ctx):
+        calls = _calls_in(ctx, block)
+        backwards = [c for c in calls if is_backward(c)]
+        if not backwards:
+            continue
+        steps = [
+            c
+            for c in calls
+            if is_optimizer_step(c)
+            and (c.node.lineno, c.node.col_offset) > (backwards[0].node.lineno, backwards[0].node.col_offset)
+        ]
+        model_text = dotted(model)
+        if steps:
+            yield ctx.finding(
+                TRG053,
+                steps[0].node,
+                f"{ctx.script.text(steps[0].node.func, 30)}() runs inside `with {model_text}.no_sync():` after a backward"
+                " there: it steps on gradients that were never all-reduced, and the replicas drift apart",
+            )
+        uses = [
+            n
+            for stmt in block.body
+            for n in ast.walk(stmt)
+            if isinstance(n, ast.Name | ast.Attribute) and dotted(n) == model_text
+        ]
+        if model_text and not uses:
+            yield ctx.finding(
+                TRG054,
+                block,
+                f"`with {model_text}.no_sync():` holds the backward but not the forward of `{model_text}`: DDP decided"
+                " to synchronise when the forward ran, so this backward still all-reduces",
+            )
+
+
+def _check_missing_no_sync(ctx: Context) -> Iterator[Finding]:
+    if not ctx.wrappers.sites.get("ddp"):
+        return
+    if ctx.script.mentions("no_sync", "require_backward_grad_sync"):
+        return
+    for call in ctx.script.call_list:
+        if not is_backward(call):
+            continue
+        loops = loops_of(ctx.script, call.node)
+        if not loops:
+            continue
+        inner = loops[0]
+        accumulating = (
+            isinstance(inner, ast.For)
+            and isinstance(inner.iter, ast.Call)
+            and accumulation_like(ctx.script.text(inner.iter, 200))
+        )
+        if not accumulating:
+            steps = [c for c in _calls_in(ctx, inner) if is_optimizer_step(c)]
+            backward_ifs = set(map(id, enclosing_ifs(ctx.script, call.node, inner)))
+            accumulating = any(
+                any(
+                    has_modulo(i.test) and id(i) not in backward_ifs
+                    for i in enclosing_ifs(ctx.script, s.node, inner)
+                )
+                for s in steps
+            )
+        if accumulating:
+            yield ctx.finding(
+                TRG052,
+                call.node,
+                "gradients are accumulated over several micro-batches, but every backward under DDP all-reduces:"
+                " run the micro-batches before the last inside `with model.no_sync():`",
+            )
+            return
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
+    yield from _check_no_sync_blocks(ctx)
+    yield from _check_missing_no_sync(ctx)

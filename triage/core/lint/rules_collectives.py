@@ -1,0 +1,319 @@
+"""D21: a collective (or something that runs one inside) that only some ranks reach.
+
+A collective completes only when every rank calls it, so one under `if rank == 0:` waits forever.
+Certain collectives (`dist.barrier`, `all_reduce`, `accelerator.wait_for_everyone`, Lightning's
+`trainer.save_checkpoint`, a DeepSpeed engine's `save_checkpoint`, an FSDP model's forward) are
+errors; calls that communicate only in some setups (a DDP model's forward, `accelerator.save_state`,
+a helper from another module named like a collective) are warnings. A helper of the same file
+called under the gate is followed one level. The rank-0 / other-ranks pair
+(`if local_rank not in (-1, 0): barrier()` ... `if local_rank == 0: barrier()`) is matched and
+not reported.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from triage.core.lint.context import Context
+from triage.core.lint.model import Finding, Rule
+from triage.core.lint.patterns import kwarg_true
+from triage.core.lint.ranks import Gate
+from triage.core.lint.script import Call, FunctionNode, dotted
+
+TRG021 = Rule(
+    code="TRG021",
+    entry="D21",
+    severity="error",
+    name="rank-conditional-collective",
+    message="a collective is only reached on some ranks; every rank must call it",
+    fix="call the collective on every rank and put only the side effect under the rank check",
+    fact="lint.rank_conditional_collective",
+    finds=(
+        "A collective (`dist.barrier`, `all_reduce`, `all_gather`, `broadcast`, ...,"
+        " `accelerator.wait_for_everyone`, `accelerator.gather`, Lightning's `trainer.save_checkpoint`,"
+        " a DeepSpeed engine's `save_checkpoint`, Lightning Fabric's `barrier`/`all_reduce`/`all_gather`/"
+        "`broadcast`, the forward of an FSDP model, the"
+        " `torch.distributed.checkpoint` state-dict functions) inside `if rank == 0:`, its `else`,"
+        " after `if rank != 0: return`, or in a `@rank_zero_only` function. It also finds a function"
+        " of the same file that runs a collective, called under such a condition. Rank conditions are"
+        " followed through names: `is_main = rank == 0`, `dist.get_rank() == 0`,"
+        " `accelerator.is_main_process`, `trainer.is_global_zero`, `local_rank in (-1, 0)`."
+    ),
+    why=(
+        "A collective is a meeting: it returns only when every rank in the group has called it. The"
+        " ranks that skip the branch go on to the next collective (or the end of the epoch) while"
+        " rank 0 waits inside this one, and the job hangs until the collective timeout kills it,"
+        " 10 to 30 minutes later, with an error that names a different collective."
+    ),
+    example=(
+        "import torch.distributed as dist\n\n"
+        "dist.init_process_group('nccl')\n"
+        "rank = dist.get_rank()\n"
+        "if rank == 0:\n"
+        "    save_checkpoint()\n"
+        "    dist.barrier()\n"
+    ),
+    fixed=(
+        "import torch.distributed as dist\n\n"
+        "dist.init_process_group('nccl')\n"
+        "rank = dist.get_rank()\n"
+        "if rank == 0:\n"
+        "    save_checkpoint()\n"
+        "dist.barrier()  # every rank\n"
+    ),
+)
+
+TRG036 = Rule(
+    code="TRG036",
+    entry="D21",
+    severity="warning",
+    name="rank-conditional-sync",
+    message="a call that may communicate across ranks is only reached on some ranks",
+    fix="run it on every rank, or call the unwrapped module (`model.module`) under the rank check",
+    fact="lint.rank_conditional_sync",
+    finds=(
+        "Calls that run a collective in some setups, under a rank condition: the forward of a"
+        " DDP-wrapped or Accelerate-prepared model (DDP broadcasts buffers in training mode), a"
+        " DeepSpeed engine's forward (ZeRO-3 all-gathers parameters), `accelerator.save_state`,"
+        " `accelerator.get_state_dict`, `accelerator.save_model`, an FSDP model's `state_dict()`,"
+        " Lightning's `self.log(..., sync_dist=True)`, helpers imported from other modules named like"
+        " collectives (`utils.barrier()`, `comm.synchronize()`, `reduce_dict`), and collectives given"
+        " an explicit `group=` (the group may hold only these ranks)."
+    ),
+    why=(
+        "Whether these calls communicate depends on the model (buffers, BatchNorm), the ZeRO stage or"
+        " the state-dict type. When they do, only the gated ranks enter the collective and the job"
+        " hangs exactly like a barrier under `if rank == 0:` (D21)."
+    ),
+    example=(
+        "import torch.distributed as dist\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "model = DDP(build_model(), device_ids=[local_rank])\n"
+        "if dist.get_rank() == 0:\n"
+        "    score = model(val_batch)\n"
+    ),
+    fixed=(
+        "import torch.distributed as dist\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "model = DDP(build_model(), device_ids=[local_rank])\n"
+        "if dist.get_rank() == 0:\n"
+        "    score = model.module(val_batch)  # the unwrapped model issues no collective\n"
+    ),
+)
+RULES = (TRG021, TRG036)
+
+DIST_COLLECTIVES = frozenset(
+    {
+        "barrier",
+        "monitored_barrier",
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather",
+        "all_gather_object",
+        "all_gather_into_tensor",
+        "all_gather_coalesced",
+        "_all_gather_base",
+        "reduce",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "_reduce_scatter_base",
+        "broadcast",
+        "broadcast_object_list",
+        "gather",
+        "gather_object",
+        "scatter",
+        "scatter_object_list",
+        "all_to_all",
+        "all_to_all_single",
+        "new_group",
+        "new_subgroups",
+    }
+)
+_DIST_MODULES = ("torch.distributed", "deepspeed.comm", "accelerate.utils", "torch_xla")
+_XLA = frozenset({"rendezvous", "mesh_reduce"})
+_STATE_DICT_COLLECTIVES = frozenset(
+    {
+        "get_state_dict",
+        "get_model_state_dict",
+        "get_optimizer_state_dict",
+        "full_optim_state_dict",
+        "optim_state_dict",
+    }
+)
+_ACCELERATOR_CERTAIN = frozenset(
+    {"wait_for_everyone", "gather", "gather_for_metrics", "reduce", "pad_across_processes"}
+)
+_FABRIC_CERTAIN = frozenset({"barrier", "all_reduce", "all_gather", "broadcast"})
+_ACCELERATOR_MAYBE = frozenset({"save_state", "load_state", "get_state_dict", "save_model"})
+_HELPER_TAILS = frozenset(
+    {
+        "barrier",
+        "synchronize",
+        "all_reduce",
+        "all_gather",
+        "all_reduce_mean",
+        "reduce_dict",
+        "reduce_mean",
+        "reduce_tensor",
+        "all_gather_object",
+        "broadcast",
+        "wait_for_everyone",
+        "sync_across_processes",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Communication:
+    """A call that communicates: what to call it in a message, and whether it certainly does."""
+
+    node: ast.Call
+    label: str  # "barrier()", "the FSDP-wrapped `model`"
+    certain: bool
+    name: str  # the key pairs are matched on
+
+
+def communication(ctx: Context, call: Call) -> Communication | None:
+    """Whether (and how surely) this call runs a collective."""
+    name, tail = call.name, call.tail
+    if tail in DIST_COLLECTIVES and name.startswith(_DIST_MODULES):
+        grouped = (
+            call.kwarg("group") is not None
+            and dotted(call.kwarg("group") or ast.Name("")) != "dist.group.WORLD"
+        )
+        return Communication(call.node, f"{tail}()", not grouped, name)
+    if tail in _XLA and name.startswith("torch_xla"):
+        return Communication(call.node, f"{tail}()", True, name)
+    if tail in _STATE_DICT_COLLECTIVES and name.startswith("torch.distributed"):
+        return Communication(call.node, f"{tail}()", True, name)
+    if name.startswith("torch.distributed.checkpoint") and tail in (
+        "save",
+        "load",
+        "save_state_dict",
+        "load_state_dict",
+    ):
+        return Communication(call.node, f"torch.distributed.checkpoint.{tail}()", True, name)
+    wrappers = ctx.wrappers
+    if call.receiver is not None and wrappers.is_accelerator(call):
+        if tail in _ACCELERATOR_CERTAIN:
+            return Communication(call.node, f"accelerator.{tail}()", True, f"accelerator.{tail}")
+        if tail in _ACCELERATOR_MAYBE:
+            return Communication(call.node, f"accelerator.{tail}()", False, f"accelerator.{tail}")
+    receiver_kind = wrappers.kind(call.receiver, call.scope)
+    receiver = dotted(call.receiver) if call.receiver is not None else ""
+    lightning = "lightning" in ctx.script.frameworks
+    if lightning and receiver_kind is None and receiver.rsplit(".", 1)[-1] in ("trainer", "fabric"):
+        receiver_kind = "lightning_trainer" if receiver.endswith("trainer") else "fabric"
+    if receiver_kind == "fabric" and tail in _FABRIC_CERTAIN:
+        return Communication(call.node, f"fabric.{tail}()", True, f"fabric.{tail}")
+    if receiver_kind == "fabric" and tail in ("save", "load"):
+        return Communication(call.node, f"fabric.{tail}()", False, f"fabric.{tail}")
+    if lightning and receiver == "self" and tail == "all_gather":
+        return Communication(call.node, "self.all_gather()", True, "self.all_gather")
+    if tail == "save_checkpoint" and receiver_kind in ("lightning_trainer", "deepspeed"):
+        what = "Lightning's trainer" if receiver_kind == "lightning_trainer" else "the DeepSpeed engine's"
+        return Communication(call.node, f"{what} save_checkpoint()", True, f"{receiver_kind}.save_checkpoint")
+    if tail == "barrier" and dotted(call.receiver or ast.Name("")).endswith("strategy"):
+        return Communication(call.node, "strategy.barrier()", True, "strategy.barrier")
+    if tail == "state_dict" and receiver_kind in ("fsdp", "fsdp2"):
+        return Communication(call.node, "the FSDP model's state_dict()", False, "fsdp.state_dict")
+    if tail == "log" and kwarg_true(call, "sync_dist"):
+        return Communication(call.node, "self.log(..., sync_dist=True)", False, "log")
+    own_kind = wrappers.kind(call.node.func, call.scope)
+    if own_kind is not None:
+        return _forward(call, own_kind)
+    if (
+        tail in _HELPER_TAILS
+        and not name.startswith("torch.")
+        and ctx.script.local_function(call.node) is None
+        and ("." in name or name in ctx.script.imports)
+    ):
+        return Communication(call.node, f"{name}()", False, name)
+    return None
+
+
+def _forward(call: Call, kind: str) -> Communication | None:
+    text = dotted(call.node.func) or "model"
+    if kind in ("fsdp", "fsdp2"):
+        return Communication(
+            call.node, f"the FSDP-wrapped `{text}` (its forward all-gathers parameters)", True, text
+        )
+    if kind == "ddp":
+        return Communication(
+            call.node, f"the DDP-wrapped `{text}` (its forward broadcasts buffers)", False, text
+        )
+    if kind == "deepspeed":
+        return Communication(
+            call.node, f"the DeepSpeed engine `{text}` (ZeRO-3 all-gathers in forward)", False, text
+        )
+    if kind == "prepared":
+        return Communication(call.node, f"the Accelerate-prepared `{text}` (a DDP/FSDP wrapper)", False, text)
+    return None
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    comm: Communication
+    gate: Gate
+    at: ast.Call  # where to report: the collective, or the call of the helper that runs it
+    via: str  # "" or "`helper()` calls barrier() (line 12) and "
+
+
+def _helper_communications(
+    ctx: Context, site: Call, helper: FunctionNode
+) -> Iterator[tuple[Communication, str]]:
+    """Collectives a same-file helper runs on every call (one level), seen from a call site."""
+    params = [a.arg for a in helper.args.posonlyargs + helper.args.args]
+    if params and params[0] in ("self", "cls"):
+        params = params[1:]
+    passed = {p: ctx.wrappers.kind(arg, site.scope) for p, arg in zip(params, site.node.args, strict=False)}
+    for keyword in site.node.keywords:
+        if keyword.arg:
+            passed[keyword.arg] = ctx.wrappers.kind(keyword.value, site.scope)
+    for inner in ctx.script.call_list:
+        if inner.scope is not helper or ctx.ranks.gate(inner.node) is not None:
+            continue
+        found = communication(ctx, inner)
+        if found is None and isinstance(inner.node.func, ast.Name) and passed.get(inner.node.func.id):
+            found = _forward(inner, passed[inner.node.func.id] or "")
+        if found is not None:
+            yield found, f"`{helper.name}()` calls {found.label} (line {inner.node.lineno}) and "
+
+
+def _candidates(ctx: Context) -> Iterator[_Candidate]:
+    for call in ctx.script.call_list:
+        gate = ctx.ranks.gate(call.node)
+        if gate is None or not ctx.ranks.per_rank(call.node):
+            continue
+        comm = communication(ctx, call)
+        if comm is not None:
+            yield _Candidate(comm, gate, call.node, "")
+            continue
+        helper = ctx.script.local_function(call.node)
+        if helper is not None and helper is not ctx.script.scope_of(call.node):
+            for found, via in _helper_communications(ctx, call, helper):
+                yield _Candidate(found, gate, call.node, via)
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
+    candidates = list(_candidates(ctx))
+    # Rank 0 and the other ranks each reaching the same collective in one function is the
+    # "others wait, rank 0 works, rank 0 releases" pattern: every rank calls it once.
+    sides: dict[tuple[int, str], set[str]] = {}
+    for c in candidates:
+        sides.setdefault((id(ctx.script.scope_of(c.at)), c.comm.name), set()).add(c.gate.side)
+    for c in candidates:
+        if {"zero", "nonzero"} <= sides[(id(ctx.script.scope_of(c.at)), c.comm.name)]:
+            continue
+        rule = TRG021 if c.comm.certain else TRG036
+        tail = (
+            "every rank must call it" if c.comm.certain else "if it communicates, the other ranks never join"
+        )
+        if c.via:
+            message = f"{c.via}is only reached on {c.gate.who} ({c.gate.where}); {tail}"
+        else:
+            message = f"{c.comm.label} is only reached on {c.gate.who} ({c.gate.where}); {tail}"
+        yield ctx.finding(rule, c.at, message)

@@ -1,0 +1,266 @@
+"""How data reaches the ranks (D9, D22).
+
+TRG009: data split per rank in a way that can give ranks different numbers of batches
+        (`data[rank::world_size]`, an IterableDataset that shards by rank, `split_dataset_by_node`)
+        in a gradient-synchronising script that never uses `Join`.
+TRG022: a shuffling DistributedSampler whose `set_epoch` is never called.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from triage.core.lint.context import Context
+from triage.core.lint.model import Finding, Rule
+from triage.core.lint.patterns import is_backward, world_size
+from triage.core.lint.script import Call, Scope, dotted
+
+TRG009 = Rule(
+    code="TRG009",
+    entry="D9",
+    severity="warning",
+    name="uneven-rank-data",
+    message="the data is split per rank without equal lengths, so ranks can run different numbers of steps",
+    fix="shard with DistributedSampler (it pads to equal lengths), truncate every rank to a common length, or wrap the loop in Join",
+    fact="lint.uneven_rank_data",
+    finds=(
+        "In a script that synchronises gradients (DDP, FSDP, DeepSpeed) and never uses"
+        " `torch.distributed.algorithms.join.Join`: slicing by rank (`items[rank::world_size]`), an"
+        " `IterableDataset` subclass that reads the rank to shard its stream, `split_dataset_by_node`, and a"
+        " training loop whose number of steps depends on the rank (`range(n + rank)`, a list built from one)."
+    ),
+    why=(
+        "Every backward ends with an all-reduce, so every rank must run the same number of steps."
+        " `len(data)` not divisible by the world size, or streams of different lengths, give one rank"
+        " fewer batches: it leaves the loop, the others wait in their next all-reduce, and the job"
+        " freezes on the last step until the collective timeout."
+    ),
+    example=(
+        "import torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "model = DDP(model, device_ids=[local_rank])\n"
+        "rank, world = dist.get_rank(), dist.get_world_size()\n"
+        "shard = files[rank::world]\n"
+    ),
+    fixed=(
+        "import torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "model = DDP(model, device_ids=[local_rank])\n"
+        "rank, world = dist.get_rank(), dist.get_world_size()\n"
+        "usable = len(files) // world * world  # the same count on every rank\n"
+        "shard = files[:usable][rank::world]\n"
+    ),
+)
+TRG022 = Rule(
+    code="TRG022",
+    entry="D22",
+    severity="warning",
+    name="sampler-without-set-epoch",
+    message="DistributedSampler shuffles, but set_epoch is never called: every epoch replays the same order",
+    fix="call `sampler.set_epoch(epoch)` at the start of every epoch",
+    fact="lint.sampler_without_set_epoch",
+    finds=(
+        "`DistributedSampler(...)` with shuffling on (the default) in a script that never calls"
+        " `.set_epoch(...)` on anything. Lightning and the HF Trainer call it themselves and are not"
+        " reported."
+    ),
+    why=(
+        "The sampler's permutation comes from `seed + epoch`, and the epoch changes only through"
+        " `set_epoch`. Without it every epoch sees the same batches in the same order with the same"
+        " per-rank split; nothing errors, the model just sees less variety than the curve suggests."
+    ),
+    example=(
+        "from torch.utils.data import DataLoader\nfrom torch.utils.data.distributed import DistributedSampler\n\n"
+        "sampler = DistributedSampler(dataset)\n"
+        "loader = DataLoader(dataset, batch_size=32, sampler=sampler)\n"
+        "for epoch in range(epochs):\n"
+        "    for batch in loader:\n"
+        "        train_step(batch)\n"
+    ),
+    fixed=(
+        "from torch.utils.data import DataLoader\nfrom torch.utils.data.distributed import DistributedSampler\n\n"
+        "sampler = DistributedSampler(dataset)\n"
+        "loader = DataLoader(dataset, batch_size=32, sampler=sampler)\n"
+        "for epoch in range(epochs):\n"
+        "    sampler.set_epoch(epoch)\n"
+        "    for batch in loader:\n"
+        "        train_step(batch)\n"
+    ),
+)
+RULES = (TRG009, TRG022)
+
+_EVAL_WORDS = ("val", "test", "eval")
+_PADDING_WORDS = ("total_size", "num_samples", "pad", "drop_last", "min(")
+
+
+def _synchronises(ctx: Context) -> bool:
+    return ctx.wrappers.of_kind("ddp", "fsdp", "fsdp2", "deepspeed")
+
+
+def _padded_nearby(ctx: Context, node: ast.AST) -> bool:
+    """A custom sampler that pads or truncates before slicing (`indices += indices[:pad]`) is even."""
+    scope = ctx.script.scope_of(node)
+    text = ast.get_source_segment(ctx.script.source, scope) if not isinstance(scope, ast.Module) else ""
+    return any(word in (text or "") for word in _PADDING_WORDS)
+
+
+def _check_uneven(ctx: Context) -> Iterator[Finding]:
+    script = ctx.script
+    if not _synchronises(ctx) or "Join" in script.imports or any(script.calls("Join")):
+        return
+    world = world_size(script)
+    for node in [*script.of_type(ast.Subscript), *script.of_type(ast.ClassDef)]:
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
+            part = node.slice
+            if part.lower is None or part.step is None or part.upper is not None or _truncated(node.value):
+                continue
+            scope = script.scope_of(node)
+            if (
+                ctx.ranks.rank_kind(part.lower, scope)
+                and world.is_world_size(part.step)
+                and not _padded_nearby(ctx, node)
+            ):
+                yield ctx.finding(
+                    TRG009,
+                    node,
+                    f"`{script.text(node, 40)}` gives ranks different counts whenever the length is not a multiple"
+                    " of the world size: the short rank leaves the loop and the others hang in their all-reduce",
+                )
+        elif isinstance(node, ast.ClassDef) and _iterable_dataset(ctx, node):
+            yield ctx.finding(
+                TRG009,
+                node,
+                f"IterableDataset `{node.name}` shards its stream by rank: unless every rank's share has the same"
+                " length, one rank stops early and the others hang; truncate to a common length or use Join",
+            )
+    yield from _check_rank_loops(ctx)
+    for call in script.calls("split_dataset_by_node"):
+        yield ctx.finding(
+            TRG009,
+            call.node,
+            "split_dataset_by_node() can give ranks different numbers of examples (uneven shards or stream"
+            " lengths): one rank finishes early and the others hang in their all-reduce; use Join or equalise",
+        )
+
+
+def _rank_dependent(ctx: Context, expr: ast.AST, scope: Scope) -> bool:
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name | ast.Attribute | ast.Call) and ctx.ranks.rank_kind(node, scope):
+            return True
+        if isinstance(node, ast.IfExp) and ctx.ranks.side(node.test, scope):
+            return True
+    return False
+
+
+def _rank_length(ctx: Context, iterable: ast.AST, loop: ast.AST, depth: int = 0) -> ast.AST | None:
+    """The expression that makes a loop's length depend on the rank: `range(3 + 2 * rank)`, or a
+    list built from one (through one name assigned earlier in the same function)."""
+    scope = ctx.script.scope_of(loop)
+    if isinstance(iterable, ast.Call):
+        name = ctx.script.qual(iterable.func) or ""
+        if name == "range" and any(_rank_dependent(ctx, a, scope) for a in iterable.args):
+            return iterable
+        if name in ("enumerate", "list", "tuple", "sorted", "reversed") and iterable.args:
+            return _rank_length(ctx, iterable.args[0], loop, depth)
+    elif isinstance(iterable, ast.ListComp | ast.GeneratorExp):
+        for generator in iterable.generators:
+            found = _rank_length(ctx, generator.iter, loop, depth)
+            if found is not None:
+                return found
+    elif isinstance(iterable, ast.Name) and depth == 0:
+        for node in ast.walk(scope):
+            if (
+                isinstance(node, ast.Assign)
+                and node.lineno < getattr(loop, "lineno", 0)
+                and any(isinstance(t, ast.Name) and t.id == iterable.id for t in node.targets)
+            ):
+                return _rank_length(ctx, node.value, loop, depth + 1)
+    return None
+
+
+def _check_rank_loops(ctx: Context) -> Iterator[Finding]:
+    """A training loop whose number of steps depends on the rank."""
+    for loop in ctx.script.of_type(ast.For):
+        cause = _rank_length(ctx, loop.iter, loop)
+        if cause is None:
+            continue
+        inner = {id(n) for n in ast.walk(loop) if isinstance(n, ast.Call)}
+        syncs = any(id(c.node) in inner and is_backward(c) for c in ctx.script.call_list)
+        if syncs:
+            yield ctx.finding(
+                TRG009,
+                loop,
+                f"the number of steps of this loop depends on the rank (`{ctx.script.text(cause, 40)}`): ranks run"
+                " different numbers of backward passes, and the ones with more hang in an all-reduce",
+            )
+
+
+def _truncated(expr: ast.AST) -> bool:
+    """`items[:n][rank::world]`: cut to a common length first."""
+    return (
+        isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Slice) and expr.slice.upper is not None
+    )
+
+
+def _iterable_dataset(ctx: Context, node: ast.ClassDef) -> bool:
+    bases = [(ctx.script.qual(b) or "").rsplit(".", 1)[-1] for b in node.bases]
+    if "IterableDataset" not in bases:
+        return False
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Name | ast.Attribute | ast.Call) and ctx.ranks.rank_kind(
+            inner, ctx.script.scope_of(inner)
+        ):
+            return not _padded_nearby(ctx, inner)
+    return False
+
+
+def _check_set_epoch(ctx: Context) -> Iterator[Finding]:
+    script = ctx.script
+    if script.frameworks & {"lightning", "hf_trainer"} or any(script.calls("set_epoch")):
+        return
+    for call in script.calls("DistributedSampler"):
+        shuffle = call.kwarg("shuffle")
+        if isinstance(shuffle, ast.Constant) and shuffle.value is False:
+            continue
+        data = call.node.args[0] if call.node.args else call.kwarg("dataset")
+        if data is not None and any(w in script.text(data, 80).lower() for w in _EVAL_WORDS):
+            continue  # an evaluation sampler: its order does not matter
+        if _handed_away(ctx, call):
+            continue
+        yield ctx.finding(
+            TRG022,
+            call.node,
+            "this DistributedSampler shuffles, but nothing calls set_epoch(): every epoch uses epoch 0's"
+            " permutation (same batches, same order); call sampler.set_epoch(epoch) each epoch",
+        )
+
+
+def _handed_away(ctx: Context, call: Call) -> bool:
+    """Whether the sampler is passed to code in another module, which may call set_epoch itself."""
+    parent = ctx.script.parents.get(call.node)
+    names = {dotted(t) for t in parent.targets} if isinstance(parent, ast.Assign) else set()
+    return bool(names & _external_arguments(ctx))
+
+
+def _external_arguments(ctx: Context) -> set[str]:
+    """Names passed to calls into other modules (not torch, not this file's own functions)."""
+    found = ctx.script.cache.get("external_arguments")
+    if isinstance(found, set):
+        return found
+    names: set[str] = set()
+    for other in ctx.script.call_list:
+        if other.name.startswith("torch") or other.tail == "DataLoader":
+            continue
+        if ctx.script.local_function(other.node) is not None:
+            continue
+        for arg in [*other.node.args, *(k.value for k in other.node.keywords)]:
+            if isinstance(arg, ast.Name | ast.Attribute):
+                names.add(dotted(arg))
+    names.discard("")
+    ctx.script.cache["external_arguments"] = names
+    return names
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
+    yield from _check_uneven(ctx)
+    yield from _check_set_epoch(ctx)

@@ -1,0 +1,186 @@
+"""D23: side effects every rank performs when one should.
+
+TRG023: every rank writes the same checkpoint (`torch.save`, `save_pretrained`, `save_file`), creates
+        the same directory without `exist_ok`, or starts its own tracker run (`wandb.init`,
+        `SummaryWriter`, `mlflow.start_run`).
+TRG037: every rank prints in the training loop or draws its own progress bar.
+
+Code counts as gated when it sits under a rank condition, or in a function of this file that is
+only ever called under one. A path or message that mentions the rank is per-rank on purpose.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from triage.core.lint.context import Context
+from triage.core.lint.model import Finding, Rule
+from triage.core.lint.patterns import loops_of
+from triage.core.lint.script import Call, dotted
+
+TRG023 = Rule(
+    code="TRG023",
+    entry="D23",
+    severity="warning",
+    name="every-rank-writes",
+    message="every rank performs this write; only one rank should",
+    fix="put the write under `if rank == 0:` (and a barrier after it, outside the if, before anyone reads it)",
+    fact="lint.every_rank_writes",
+    finds=(
+        "In a script that runs as several processes, outside any rank condition: `torch.save` to a path"
+        " that does not contain the rank, `save_pretrained` without `is_main_process=`,"
+        " `safetensors` `save_file`, `os.makedirs` without `exist_ok=True`, and `wandb.init`,"
+        " `SummaryWriter` or `mlflow.start_run`."
+    ),
+    why=(
+        "A distributed job is N copies of the script. N processes writing one checkpoint path at once"
+        ' interleave or truncate each other\'s zip archive ("failed finding central directory" on'
+        " load), `os.makedirs` races into FileExistsError, and trackers get N runs per job."
+    ),
+    example=(
+        "import torch\nimport torch.distributed as dist\n\n"
+        "dist.init_process_group('nccl')\n"
+        "torch.save(model.state_dict(), 'checkpoint.pt')\n"
+    ),
+    fixed=(
+        "import torch\nimport torch.distributed as dist\n\n"
+        "dist.init_process_group('nccl')\n"
+        "if dist.get_rank() == 0:\n"
+        "    torch.save(model.state_dict(), 'checkpoint.pt')\n"
+        "dist.barrier()\n"
+    ),
+)
+TRG037 = Rule(
+    code="TRG037",
+    entry="D23",
+    severity="info",
+    name="every-rank-prints",
+    message="every rank prints this (or draws its own progress bar): N interleaved copies",
+    fix="print on rank 0 only (`if rank == 0:`, `accelerator.print`), and pass `disable=not is_main` to tqdm",
+    fact="lint.every_rank_prints",
+    finds=(
+        "In a script that runs as several processes, outside any rank condition: `print(...)` inside a"
+        " loop (reported once per loop) whose text does not mention the rank, and `tqdm(...)` without"
+        " `disable=`."
+    ),
+    why=(
+        "Every process prints, so each line appears N times, interleaved with the others in one"
+        " terminal or SLURM file, and N progress bars fight over the same line. Real errors drown in"
+        " the noise."
+    ),
+    example=(
+        "import torch.distributed as dist\n\n"
+        "dist.init_process_group('nccl')\n"
+        "for step, batch in enumerate(loader):\n"
+        "    loss = train_step(batch)\n"
+        "    print(f'step {step} loss {loss:.3f}')\n"
+    ),
+    fixed=(
+        "import torch.distributed as dist\n\n"
+        "dist.init_process_group('nccl')\n"
+        "for step, batch in enumerate(loader):\n"
+        "    loss = train_step(batch)\n"
+        "    if dist.get_rank() == 0:\n"
+        "        print(f'step {step} loss {loss:.3f}')\n"
+    ),
+)
+RULES = (TRG023, TRG037)
+
+_SAME_FILE = "N processes write the same file at once; write on rank 0, then barrier"
+
+
+def _everyone(ctx: Context, call: Call) -> bool:
+    """Whether every rank runs this call (no rank condition around it, in a per-rank process)."""
+    gate = ctx.ranks.effective_gate(call.node)
+    return (gate is None or gate.side == "nonzero") and ctx.ranks.per_rank(call.node)
+
+
+def _mentions_rank(ctx: Context, expr: ast.AST, call: Call) -> bool:
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name | ast.Attribute | ast.Call) and ctx.ranks.rank_kind(node, call.scope):
+            return True
+        if isinstance(node, ast.Name | ast.Attribute) and "rank" in dotted(node).lower():
+            return True
+    return False
+
+
+def _in_memory(ctx: Context, target: ast.AST, call: Call) -> bool:
+    """`torch.save(obj, buffer)` into an io.BytesIO made in the same function writes no file."""
+    if not isinstance(target, ast.Name):
+        return False
+    for node in ast.walk(call.scope):
+        if isinstance(node, ast.Assign) and any(dotted(t) == target.id for t in node.targets):
+            value = node.value
+            if isinstance(value, ast.Call) and (ctx.script.qual(value.func) or "").endswith("BytesIO"):
+                return True
+    return False
+
+
+def _write(ctx: Context, call: Call) -> str | None:
+    """The message for a write every rank should not do; None when the call is not one."""
+    name, tail = call.name, call.tail
+    if name == "torch.save":
+        target = call.node.args[1] if len(call.node.args) > 1 else call.kwarg("f")
+        if target is None or _mentions_rank(ctx, target, call) or _in_memory(ctx, target, call):
+            return None
+        return f"torch.save() runs on every rank and the path does not contain the rank: {_SAME_FILE}"
+    if tail == "save_file" and name.startswith("safetensors"):
+        return f"safetensors save_file() runs on every rank: {_SAME_FILE}"
+    if tail == "save_pretrained" and call.kwarg("is_main_process") is None and not call.has_star_kwargs():
+        return (
+            f"{ctx.script.text(call.node.func, 40)}() runs on every rank without is_main_process=: N processes"
+            " write the same files; pass is_main_process=(rank == 0) or save on rank 0"
+        )
+    if name in ("wandb.init", "mlflow.start_run"):
+        return f"{name}() runs on every rank: one tracker run per process; start it on rank 0 only"
+    if tail == "SummaryWriter" and "tensorboard" in name.lower():
+        return "SummaryWriter() runs on every rank: one event file per process in the log directory; create it on rank 0 only"
+    if name == "os.makedirs" and call.kwarg("exist_ok") is None:
+        return (
+            "os.makedirs() without exist_ok=True runs on every rank: all but the first race into"
+            " FileExistsError; pass exist_ok=True or create it on rank 0"
+        )
+    return None
+
+
+def _check_writes(ctx: Context) -> Iterator[Finding]:
+    for call in ctx.script.call_list:
+        message = _write(ctx, call)
+        if message is not None and _everyone(ctx, call):
+            gate = ctx.ranks.effective_gate(call.node)
+            if gate is not None:  # the other ranks, all of them
+                message = message.replace("on every rank", f"on every rank but rank 0 ({gate.where})", 1)
+            yield ctx.finding(TRG023, call.node, message)
+
+
+def _check_prints(ctx: Context) -> Iterator[Finding]:
+    reported: set[int] = set()
+    for call in ctx.script.call_list:
+        if call.name == "print":
+            loops = loops_of(ctx.script, call.node)
+            if not loops or id(loops[-1]) in reported or not _everyone(ctx, call):
+                continue
+            if (
+                any(_mentions_rank(ctx, arg, call) for arg in call.node.args)
+                or call.kwarg("file") is not None
+            ):
+                continue
+            reported.add(id(loops[-1]))
+            yield ctx.finding(
+                TRG037,
+                call.node,
+                "print() in this loop runs on every rank: each line appears once per process; print on rank 0",
+            )
+        elif call.tail == "tqdm" and call.kwarg("disable") is None and _everyone(ctx, call):
+            yield ctx.finding(
+                TRG037,
+                call.node,
+                "tqdm() without disable= draws one progress bar per rank; pass disable=not is_main",
+            )
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
+    yield from _check_writes(ctx)
+    yield from _check_prints(ctx)

@@ -1,0 +1,149 @@
+"""What a name holds when a wrapper made it: a DDP, FSDP or FSDP2 model, a DeepSpeed engine, an
+Accelerate-prepared object, an Accelerator, a Lightning or Hugging Face trainer.
+
+`model = DDP(model, ...)`, `model = FSDP(...)`, `fully_shard(model)`, `engine, opt, _, _ =
+deepspeed.initialize(...)`, `model, opt = accelerator.prepare(model, opt)`, `trainer = Trainer(...)`
+bind names; `torch.compile(...)` around a wrapper keeps what it wraps. Plain names are looked up
+in their function first, then the module; attribute targets (`self.model`) hold for the file.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Literal
+
+from triage.core.lint.script import Call, Scope, Script, dotted
+
+Kind = Literal[
+    "ddp",
+    "fsdp",
+    "fsdp2",
+    "deepspeed",
+    "prepared",
+    "accelerator",
+    "lightning_trainer",
+    "hf_trainer",
+    "fabric",
+]
+
+_WRAPPER_TAILS: dict[str, Kind] = {
+    "DistributedDataParallel": "ddp",
+    "FullyShardedDataParallel": "fsdp",
+}
+_TORCH_ROOTS = ("torch.", "fairscale.")
+
+
+def wrapper_kind(script: Script, call: ast.Call) -> Kind | None:
+    """What the object a call returns is, when the call is a known wrapper or constructor."""
+    name = script.qual(call.func) or ""
+    tail = name.rsplit(".", 1)[-1]
+    if tail in _WRAPPER_TAILS and name.startswith(_TORCH_ROOTS):
+        return _WRAPPER_TAILS[tail]
+    if tail in ("DDP", "FSDP") and name.startswith(_TORCH_ROOTS):  # aliased on import
+        return "ddp" if tail == "DDP" else "fsdp"
+    if tail == "fully_shard" and name.startswith("torch."):
+        return "fsdp2"
+    if tail == "Accelerator" and name.startswith("accelerate"):
+        return "accelerator"
+    if tail == "Trainer" and name.startswith(("lightning", "pytorch_lightning")):
+        return "lightning_trainer"
+    if tail == "Fabric" and name.startswith("lightning"):
+        return "fabric"
+    if tail in ("Trainer", "Seq2SeqTrainer", "SFTTrainer") and name.startswith(("transformers", "trl")):
+        return "hf_trainer"
+    if tail == "compile" and name.startswith("torch") and call.args and isinstance(call.args[0], ast.Call):
+        return wrapper_kind(script, call.args[0])
+    return None
+
+
+class Wrappers:
+    """The kind of every name a wrapper bound, per function (plain names) or per file (attributes)."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.names: dict[Scope, dict[str, Kind]] = {}
+        self.attributes: dict[str, Kind] = {}
+        self.sites: dict[Kind, list[ast.Call]] = {}
+        self._collect()
+
+    def _collect(self) -> None:
+        script = self.script
+        for call in script.call_list:
+            kind = wrapper_kind(script, call.node)
+            if call.tail == "initialize" and call.name.startswith("deepspeed"):
+                kind = "deepspeed"
+            elif call.tail == "prepare" and self._is_accelerator(call.receiver, call.scope):
+                kind = "prepared"
+            if kind is None:
+                continue
+            self.sites.setdefault(kind, []).append(call.node)
+            parent = script.parents.get(call.node)
+            if kind == "fsdp2" and isinstance(parent, ast.Expr) and call.node.args:
+                self._bind(call.node.args[0], kind, call.scope)  # fully_shard(model) wraps in place
+                continue
+            if isinstance(parent, ast.Call) and script.qual(parent.func) in ("torch.compile",):
+                parent = script.parents.get(parent)
+            if not isinstance(parent, ast.Assign):
+                continue
+            for target in parent.targets:
+                if kind in ("deepspeed", "prepared") and isinstance(target, ast.Tuple):
+                    if kind == "deepspeed" and target.elts:
+                        self._bind(target.elts[0], kind, call.scope)
+                    else:
+                        for element in target.elts:
+                            self._bind(element, kind, call.scope)
+                else:
+                    self._bind(target, kind, call.scope)
+
+    def _bind(self, target: ast.AST, kind: Kind, scope: Scope) -> None:
+        if isinstance(target, ast.Name):
+            self.names.setdefault(scope, {})[target.id] = kind
+        elif isinstance(target, ast.Attribute) and dotted(target):
+            self.attributes[dotted(target)] = kind
+
+    def kind(self, expr: ast.AST | None, scope: Scope) -> Kind | None:
+        """What `expr` holds, if a wrapper in this file bound it."""
+        if expr is None:
+            return None
+        if isinstance(expr, ast.Name):
+            current: Scope | None = scope
+            while current is not None:
+                found = self.names.get(current, {}).get(expr.id)
+                if found is not None:
+                    return found
+                current = None if isinstance(current, ast.Module) else self.script.scope_of(current)
+            return self._engine_parameter(expr.id, scope)
+        if isinstance(expr, ast.Attribute):
+            return self.attributes.get(dotted(expr))
+        if isinstance(expr, ast.Call):
+            return wrapper_kind(self.script, expr)
+        return None
+
+    def _engine_parameter(self, name: str, scope: Scope) -> Kind | None:
+        """A parameter named like a DeepSpeed engine bound elsewhere in the file (`train(model_engine)`)."""
+        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            return None
+        if name not in {a.arg for a in scope.args.posonlyargs + scope.args.args + scope.args.kwonlyargs}:
+            return None
+        engines = {n for table in self.names.values() for n, k in table.items() if k == "deepspeed"}
+        return "deepspeed" if name in engines else None
+
+    def _is_accelerator(self, expr: ast.AST | None, scope: Scope) -> bool:
+        if expr is None:
+            return False
+        if self.kind(expr, scope) == "accelerator":
+            return True
+        text = dotted(expr)
+        if text.rsplit(".", 1)[-1] == "accelerator" and "accelerate" in self.script.frameworks:
+            return True
+        if isinstance(expr, ast.Call):
+            name = self.script.qual(expr.func) or ""
+            return name.startswith("accelerate") and name.endswith(("PartialState", "AcceleratorState"))
+        return False
+
+    def is_accelerator(self, call: Call) -> bool:
+        """Whether a method call's receiver is an Accelerator (or Accelerate's process state)."""
+        return self._is_accelerator(call.receiver, call.scope)
+
+    def of_kind(self, *kinds: Kind) -> bool:
+        return any(self.sites.get(k) for k in kinds)
