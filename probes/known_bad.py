@@ -24,6 +24,8 @@ _CLAUSE = re.compile(r"^\s*(==|!=|>=|<=|>|<)\s*([0-9][0-9A-Za-z.+*-]*)\s*$")
 
 @dataclass(frozen=True)
 class KnownBad:
+    """A release known to break distributed jobs (knowledge/known_bad_versions.yaml)."""
+
     id: str
     component: str
     versions: str

@@ -37,6 +37,8 @@ ACS_P2P_BITS = 0x01 | 0x04 | 0x08 | 0x10 | 0x20
 
 @dataclass
 class GpuPcie:
+    """One GPU's PCIe facts read from sysfs: IOMMU and ACS on the path to it."""
+
     bdf: str
     iommu: str | None = None  # "on" (translated), "passthrough", "off"; None: cannot tell
     bridges: list[str] = field(default_factory=list)
@@ -72,6 +74,7 @@ def acs_control(config: bytes) -> int | None:
 
 
 def describe_acs(control: int) -> str:
+    """ACS control bits as lspci prints them (SrcValid+ TransBlk- ...)."""
     return " ".join(f"{name}{'+' if control & bit else '-'}" for bit, name in ACS_CONTROL_NAMES.items())
 
 

@@ -197,6 +197,7 @@ def platform_name(system: str, release: str) -> str:
 
 
 def kernel_release() -> str:
+    """The running kernel's release string, or "" when it cannot be read."""
     try:
         return Path("/proc/sys/kernel/osrelease").read_text(encoding="utf-8", errors="replace").strip()
     except OSError:

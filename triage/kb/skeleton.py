@@ -26,6 +26,7 @@ KIND_BY_PREFIX = {
 
 
 def kind_for(entry_id: str) -> str:
+    """The entry kind its id prefix implies."""
     return KIND_BY_PREFIX[entry_id.rstrip("0123456789")]
 
 
@@ -44,6 +45,7 @@ def check_id(raw: str) -> str:
 
 
 def file_name(entry_id: str, slug: str) -> str:
+    """The file name of a new entry: its padded id and a slug of its title."""
     return f"{file_prefix(entry_id)}-{slugify(slug)}.yaml"
 
 

@@ -186,6 +186,7 @@ def _placeholders(value: object, path: tuple[object, ...]) -> Iterator[tuple[obj
     fix="replace every TODO(kb new) placeholder with real content (see knowledge/README.md)",
 )
 def skeleton_filled(ctx: Context) -> Iterator[Finding]:
+    """Report TODO(kb new) placeholders left in an entry."""
     for src, _ in ctx.all_entries:
         for path in _placeholders(src.data, ()):
             field = "".join(
