@@ -123,7 +123,7 @@ def test_flight_recorder_dumps_alone_name_the_entry(tmp_path: Path) -> None:
     done = _triage("--json", "--pid", NOWHERE, "--fr-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
-    assert data["diagnoses"][0]["id"] == "D21" and data["suspect_ranks"] == [0]
+    assert data["diagnoses"][0]["id"] == "D21" and data["suspect_ranks"] == [0], done.stdout
     zero = data["ranks"][0]
     assert (zero["rank"], zero["collective"], zero["user_frame"]["line"]) == (0, "barrier", 24)
     assert any("using what the job recorded" in n for n in data["notes"])
