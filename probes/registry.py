@@ -26,6 +26,8 @@ ProbeFunction = Callable[[ProbeOptions, threading.Event], ProbeResult]
 
 @dataclass(frozen=True)
 class ProbeSpec:
+    """A probe by name: its title and the function that runs it."""
+
     name: str
     title: str
     run: ProbeFunction
@@ -171,6 +173,7 @@ def probe_for_fact(kb: KnowledgeBase, fact: str) -> str | None:
 
 
 def facts_of_probe(kb: KnowledgeBase, probe: str) -> tuple[str, ...]:
+    """The facts in the knowledge base that `probe` reports."""
     return tuple(name for name, fact in kb.facts.items() if fact.probe == probe)
 
 

@@ -23,6 +23,8 @@ LOCAL_WORLD_VARS = launchers.LOCAL_WORLD_SIZE
 
 @dataclass(frozen=True)
 class Proc:
+    """A process read from /proc: its parent, command line and environment."""
+
     pid: int
     ppid: int
     argv: tuple[str, ...]
@@ -124,6 +126,7 @@ def started_at(pid: int) -> float | None:
 
 
 def all_procs() -> dict[int, Proc]:
+    """Every process this user may read, by pid (this process excluded)."""
     procs = {}
     me = os.getpid()
     for entry in os.listdir("/proc"):
@@ -161,6 +164,7 @@ def launcher_of(proc: Proc, procs: dict[int, Proc]) -> Proc | None:
 
 
 def descendants(root: int, procs: dict[int, Proc]) -> list[Proc]:
+    """The processes below `root` in the process tree, parents first."""
     children: dict[int, list[Proc]] = {}
     for proc in procs.values():
         children.setdefault(proc.ppid, []).append(proc)

@@ -40,6 +40,8 @@ class StacksUnreadable(Exception):
 
 @dataclass(frozen=True)
 class HangOptions:
+    """What `triage hang` was asked to look at, and how long it may take."""
+
     pids: tuple[int, ...] = ()
     timeout_s: float = 5.0
     fr_dir: str | None = None  # Flight Recorder dumps, one file per rank
@@ -51,6 +53,8 @@ class HangOptions:
 
 @dataclass
 class Gathered:
+    """Everything read from a hung job: stacks, flight-recorder records, NCCL RAS lines."""
+
     samples: list[RankSample] = field(default_factory=list)
     records: list[RankRecord] = field(default_factory=list)
     ras_lines: tuple[str, ...] = ()

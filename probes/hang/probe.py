@@ -27,6 +27,7 @@ def pids_from_env() -> tuple[int, ...]:
 
 
 def probe(options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
+    """The hang probe: the picture of a job hanging on this machine, as facts."""
     from probes.hang import NoJob
     from probes.hang.gather import HangInputError, HangOptions, StacksUnreadable, live_picture
 

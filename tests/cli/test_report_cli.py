@@ -70,7 +70,8 @@ def test_a_planted_secret_never_appears(run_cli: Run, leaky_log: Path, tmp_path:
 
 def test_the_report_leads_with_the_diagnosis_and_has_every_section(run_cli: Run, tmp_path: Path) -> None:
     out = tmp_path / "issue.md"
-    result = run_cli("report", "--log", str(D20_LOG), "--script", "train.py", "--out", str(out))
+    script = REPO / "triage" / "repro" / "scripts" / "train_uneven.py"
+    result = run_cli("report", "--log", str(D20_LOG), "--script", str(script), "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert result.stdout == b""
     assert f"report written to {out}" in result.stderr.decode()
@@ -78,13 +79,15 @@ def test_the_report_leads_with_the_diagnosis_and_has_every_section(run_cli: Run,
     assert text.startswith("# triage report: D20 ")
     head = text.split("## Diagnosis", 1)[0]
     assert "RE-CHECK YOUR EXPERIMENT" in head and "**Try first:**" in head
-    assert sections(text) == list(REPORT_SECTIONS)
+    assert sections(text) == [*REPORT_SECTIONS[:-1], "Training script", REPORT_SECTIONS[-1]]
+    assert "TRG" in text.split("## Training script", 1)[1]  # the lint probe's findings on the script
     for part in ("| python |", "| torch |", "The env probe:", "The gpu probe:", "The net probe:"):
         assert part in text, part
     assert "✗ FIRST FAIL" in text.split("## Logs", 1)[1]
     unseen = text.split("## What triage could not look at", 1)[1]
     assert "the dist probe" in unseen and "`triage report --dist`" in unseen
-    assert "the script train.py: not checked" in unseen
+    assert "a hung job: not looked at (`triage report --hang`" in unseen
+    assert "the lint probe" not in unseen
 
 
 def test_no_probes_looks_at_nothing_and_says_so(run_cli: Run) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 
 from tests.conftest import CliResult
+from triage.core.model import KnowledgeBase
 
 Run = Callable[..., CliResult]
 
@@ -105,8 +107,7 @@ def test_stdin_that_ends_too_early_names_the_question(run_cli: Run) -> None:
     assert done.returncode == 2
     err = done.stderr.decode().strip().splitlines()
     assert err == [
-        "triage: error: no answer for 'hang_end' (Where exactly does it stop?): stdin ended; "
-        "give --answer hang_end=N"
+        "triage: error: no answer to “Where exactly does it stop?”: stdin ended (scripts: --answer hang_end=N)"
     ]
 
 
@@ -114,7 +115,7 @@ def test_bad_answers_are_one_line_errors(run_cli: Run) -> None:
     cases = {
         ("--answer", "nowhere=1"): "'nowhere' is not a node of the decision graph",
         ("--answer", "what_do_you_see"): "expected NODE=OPTION",
-        ("--answer", "what_do_you_see=99"): "has options 1-14, not 99",
+        ("--answer", "what_do_you_see=99"): "“What do you see?” has options 1-14, not 99",
         ("--answer", "port_probe=maybe"): "has no branch for 'maybe'",
     }
     for args, message in cases.items():
@@ -134,4 +135,15 @@ def test_unreadable_stdin_is_refused_cleanly(run_cli: Run) -> None:
     assert "longer than 100000 bytes" in done.stderr.decode()
     done = run_cli("walk", "--no-probes", stdin=b"not an answer at all\n")
     assert done.returncode == 2
-    assert "is not an option of question 'what_do_you_see'" in done.stderr.decode()
+    assert "is not an option of “What do you see?”" in done.stderr.decode()
+    assert "what_do_you_see" not in done.stderr.decode()  # the question's words, not its internal id
+
+
+def test_the_walk_shows_questions_in_words_never_their_ids(run_cli: Run, kb: KnowledgeBase) -> None:
+    done = run_cli("walk", stdin=b"1\n1\n")  # a real net probe decides the next step
+    out = done.stdout.decode()
+    assert "(probe net;" in out
+    ids = [n for n in kb.graph.nodes if "_" in n]  # plain words ("memory") can be ids and prose alike
+    assert len(ids) > 10
+    for node_id in ids:
+        assert not re.search(rf"\b{re.escape(node_id)}\b", out), node_id

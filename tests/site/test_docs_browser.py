@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.site.conftest import Tab
 from triage.core.matcher import rank
 from triage.core.model import KnowledgeBase
+
+pytestmark = pytest.mark.slow  # drives a real browser
 
 OpenTab = Callable[..., Tab]
 
@@ -147,3 +151,26 @@ def test_readable_at_phone_width_and_dark_mode(real_site: Path, open_tab: OpenTa
         ]
         assert backgrounds[0] != backgrounds[1]
     assert light.problems == [] and dark.problems == []
+
+
+def test_an_entry_page_leads_with_the_verification_note_and_the_fix(
+    real_site: Path, real_kb: KnowledgeBase, open_tab: OpenTab
+) -> None:
+    """As in the app: the fix starts on the first screen, above the symptoms (an entry has up to
+    twenty of them), with the note on whether it changes the science right above it."""
+    crowded = sorted(real_kb.entries.values(), key=lambda e: -len(e.symptoms))[:5]
+    assert len(crowded[0].symptoms) >= 12
+    crowded.append(next(e for e in real_kb.entries.values() if e.verify.needed))
+    for width, height in ((1280, 800), (1024, 700)):
+        tab = open_tab(width=width, height=height)
+        for entry in crowded:
+            tab.goto(real_site / f"{entry.id}.html")
+            fix = tab.page.locator("section#fix").bounding_box()
+            symptoms = tab.page.locator("section#symptoms").bounding_box()
+            assert fix is not None and symptoms is not None
+            assert fix["y"] + 60 < height, (entry.id, width, fix["y"])  # its heading and first line show
+            assert fix["y"] < symptoms["y"], entry.id
+            if entry.verify.needed:
+                note = tab.page.locator("aside.callout.verify").bounding_box()
+                assert note is not None and note["y"] < fix["y"], entry.id
+        assert tab.problems == []

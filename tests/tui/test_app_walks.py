@@ -20,6 +20,8 @@ from triage.tui.widgets import Bubble
 
 from .conftest import ScriptedRunner, result, settle
 
+pytestmark = pytest.mark.slow  # drives the Textual app
+
 
 @dataclass(frozen=True)
 class Path:

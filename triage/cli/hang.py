@@ -35,6 +35,7 @@ EPILOG = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.epilog = EPILOG
     parser.add_argument(
         "files",
@@ -127,6 +128,7 @@ def report_part(args: argparse.Namespace) -> ExtraPart | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     from triage.core.hang.codec import merge, picture_json
     from triage.kb.loader import load_kb
     from triage.render.hang_text import hang_lines

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from triage.core.facts import ProbeResult
     from triage.core.findings import Finding
 
-HELP = "run the live probes (env, gpu, net, versions, configs, dist, lint, hang) and show what they found"
+HELP = "live, read-only probes of this machine (and --script)"
 DESCRIPTION = (
     "Run the probes concurrently, each bounded by --timeout: env (launcher, rank variables), gpu (NVML), "
     "net (interfaces, MTU, NCCL_SOCKET_IFNAME, master port), versions (torch, CUDA, NCCL), configs "
@@ -39,6 +39,7 @@ EXIT_FOR_STATUS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument(
         "names",
         nargs="*",
@@ -97,6 +98,7 @@ class Progress:
 
 
 def fact_text(value: object) -> str:
+    """A fact value as one short string."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list | tuple):
@@ -127,6 +129,7 @@ def format_table(
 
 
 def format_findings(found: list[Finding], error: str | None) -> str:
+    """The findings (entries the flagged facts point at) as text."""
     if error is not None:
         return f"Findings unavailable: {error}"
     if not found:
@@ -183,6 +186,7 @@ def payload(
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     import json
     import os
 

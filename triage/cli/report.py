@@ -38,6 +38,7 @@ MAX_JSON_BYTES = 10_000_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     actions = parser.add_subparsers(dest="action", metavar="merge", required=False)
     merge = actions.add_parser(
         "merge",
@@ -58,24 +59,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="diagnose these logs too (- for stdin)",
     )
-    parser.add_argument(
-        "--script", metavar="FILE", help="the training script (checked when `triage lint` is there)"
-    )
     parser.add_argument("--out", metavar="FILE", help="write the report to FILE instead of stdout")
     parser.add_argument("--json", action="store_true", help="machine-readable, for `triage report merge`")
     parser.add_argument(
         "--dist", action="store_true", help="also run the torch.distributed mini-test (slower)"
     )
     parser.add_argument(
-        "--timeout", type=float, default=5.0, metavar="S", help="seconds each probe may take (default 5)"
+        "--hang",
+        action="store_true",
+        help="also read the stacks of a job hanging on this machine (triage hang)",
     )
-    parser.add_argument("--no-probes", action="store_true", help="do not look at this machine (logs only)")
-    parser.add_argument("--peer-host", metavar="HOST", help="a host the net probe may contact (master port)")
-    parser.add_argument("--accelerate-config", metavar="PATH", help="Accelerate config to check")
-    parser.add_argument("--deepspeed-config", metavar="PATH", help="DeepSpeed JSON to check")
+    from probes.options import add_probe_arguments
+
+    add_probe_arguments(parser, timeout_flag="--timeout", default_timeout=5.0, can_switch_off=True)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     if args.action == "merge":
         return _merge(args.files, as_json=args.json or args.merge_json, out=args.merge_out or args.out)
     from triage.kb.loader import load_kb
@@ -99,27 +99,29 @@ def gather(kb: KnowledgeBase, args: argparse.Namespace) -> ReportInput:
     import shlex
     import socket
 
+    from probes.options import probe_options
     from triage.cli.log import scan_inputs
-    from triage.cli.probe import Progress, _options
+    from triage.cli.probe import Progress
     from triage.render.report import REPORT_PROBES, LogPart, ReportInput
 
-    options = _options(args)  # checks the timeout and the config paths before anything runs
+    options = probe_options(args)  # checks the timeout, configs and script before anything runs
     logs = [LogPart(*scan_inputs(list(args.log), kb))] if args.log else []
-    extras, unseen = _extras(args)
     results: list[ProbeResult] = []
     inventory: Inventory | None = None
-    not_run: dict[str, str] = {}
     why = "--no-probes: this machine was not looked at"
     findings = []
+    names = [*REPORT_PROBES, *(["dist"] if args.dist else []), *(["lint"] if options.script else [])]
+    not_run: dict[str, str] = {}
+    if not args.dist:
+        not_run["dist"] = "the torch.distributed mini-test takes longer; `triage report --dist` runs it"
+    if not options.script:
+        not_run["lint"] = "no training script given (`--script train.py`)"
     if args.no_probes:
-        not_run = {name: "not run (--no-probes)" for name in (*REPORT_PROBES, "dist")}
+        not_run = not_run | {name: "not run (--no-probes)" for name in names}
     else:
         from probes.registry import flagged_facts, merged_facts, run_all
         from triage.core.findings import findings as find
 
-        names = [*REPORT_PROBES, "dist"] if args.dist else list(REPORT_PROBES)
-        if not args.dist:
-            not_run["dist"] = "the torch.distributed mini-test takes longer; `triage report --dist` runs it"
         progress = Progress(sys.stderr, [*names, "inventory"]) if sys.stderr.isatty() else None
         box: list[Inventory] = []
         reader = threading.Thread(
@@ -135,6 +137,7 @@ def gather(kb: KnowledgeBase, args: argparse.Namespace) -> ReportInput:
         inventory = box[0] if box else None
         why = "" if box else f"reading it took longer than {options.timeout_s:g} s"
         findings = find(merged_facts(results), kb, flagged_facts(results))
+    extras, unseen = _extras(kb, args, options.timeout_s)
     command = (
         "`triage " + " ".join(shlex.quote(a) for a in sys.argv[1:]) + "`"
         if sys.argv[1:]
@@ -167,30 +170,46 @@ def _read_inventory(timeout_s: float, box: list[Inventory], progress: Any) -> No
         progress("inventory", ProbeResult("inventory", "ok"))
 
 
-def _extras(args: argparse.Namespace) -> tuple[list[ExtraPart], list[str]]:
-    """Sections other commands contribute. A command module that can add to the report defines
-    `report_part(args) -> ExtraPart | None`; `triage lint` does it for --script, `triage hang` for a
-    job hanging on this machine. Until such a module is installed, the report says what it skipped."""
-    import importlib
-
+def _extras(
+    kb: KnowledgeBase, args: argparse.Namespace, timeout_s: float
+) -> tuple[list[ExtraPart], list[str]]:
+    """What another command contributes: `triage hang` on a job hanging here (only with --hang: it
+    reads every rank's stack). (`triage lint` runs as the lint probe with --script.) What was not
+    looked at is said."""
     parts: list[ExtraPart] = []
     unseen: list[str] = []
-    wanted = [("lint", f"the script {args.script}")] if args.script else []
-    wanted.append(("hang", "a hung job on this machine"))
-    for name, what in wanted:
-        try:
-            module = importlib.import_module(f"triage.cli.{name}")
-        except ImportError:
-            module = None
-        contribute = getattr(module, "report_part", None)
-        if contribute is None:
-            if name == "lint":
-                unseen.append(f"{what}: not checked (this triage has no `triage lint`)")
-            continue
-        part = contribute(args)
+    if not args.hang:
+        unseen.append(
+            "a hung job: not looked at (`triage report --hang` reads the stacks of a job hanging here)"
+        )
+    elif args.no_probes:
+        unseen.append("a hung job: not looked at (--no-probes)")
+    else:
+        part, why = _hang_part(kb, timeout_s)
         if part is not None:
             parts.append(part)
+        else:
+            unseen.append(f"a hung job: {why}")
     return parts, unseen
+
+
+def _hang_part(kb: KnowledgeBase, timeout_s: float) -> tuple[ExtraPart | None, str]:
+    """`triage hang`'s picture of the job running here, as a report section."""
+    from triage.cli.hang import _live
+    from triage.render.hang_text import hang_markdown
+    from triage.render.report import ExtraPart
+
+    wanted = argparse.Namespace(
+        pid=[], timeout=timeout_s, fr_dir=None, debug_dir=None, debug_url=None, ras=None, no_recorded=False
+    )
+    try:
+        picture, _ = _live(wanted)
+    except UserError as exc:
+        return None, str(exc)
+    body = hang_markdown(kb, picture)
+    entries = tuple(d.entry for d in picture.diagnoses)
+    how = f"from the stacks of the hung job: {picture.verdict}"
+    return ExtraPart("Hung job", "\n".join(body), entries, how), ""
 
 
 def report_json(kb: KnowledgeBase, data: ReportInput) -> dict[str, Any]:

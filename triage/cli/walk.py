@@ -31,6 +31,7 @@ MAX_LINE = 100_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument(
         "--answer",
         action="append",
@@ -63,7 +64,7 @@ def parse_answers(raw: list[str], session: Session) -> dict[str, str]:
             resolve_option(target, value)  # raises a one-line UserError for a bad answer
         elif value.lower() not in target.branches and target.default is None:
             raise UserError(
-                f"--answer {item!r}: probe node {node!r} has no branch for {value!r} "
+                f"--answer {item!r}: “{target.prompt}” (probe node {node!r}) has no branch for {value!r} "
                 f"(one of {', '.join(target.branches)})"
             )
         answers[node] = value
@@ -71,6 +72,7 @@ def parse_answers(raw: list[str], session: Session) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     from probes.options import probe_options
     from probes.runners import NoProbes, default_runner
     from triage.core.session import Session
@@ -169,18 +171,20 @@ class PlainWalk:
             self.say(problem)
 
     def free_text(self, node: QuestionNode, text: str) -> bool:
-        """Own words: take a clearly matching option, else say which entries they point to."""
-        from triage.core.suggest import suggest
+        """Own words, by the policy the app uses: an option they fit answers the question; else say
+        which entries they point to. True when the question was answered."""
+        from triage.core.suggest import reply, suggest
 
+        # A line typed here answers a question (there is no search box), so it is read as mid-walk
+        # even at the first question: it never opens an entry on its own; typing an id does.
         found = suggest(self.session.kb, node, text, at_start=False)
-        first = found.first
-        if first is not None and first.kind == "option" and first.option is not None:
-            self.say(f"Taking that as: {first.label}")
-            self.session.answer(node.id, str(first.option + 1), own_words=text)
+        what = reply(found, text, chosen=found.first, explicit=False, mid_walk=True, can_answer=True)
+        if what.action == "answer" and what.option is not None:
+            self.say(what.message)
+            self.session.answer(node.id, str(what.option + 1), own_words=text)
             return True
-        if found.different_symptom:
-            names = ", ".join(f"{e.entry_id} ({round(e.score * 100)}%) {e.label}" for e in found.entries[:3])
-            self.say(f"That sounds like a different problem: {names}. Type an id to jump there.")
+        if what.action == "suspect":
+            self.say(f"{what.message}\nType an id to jump there.")
         return False
 
     def read_line(self, node: QuestionNode) -> str:
@@ -191,9 +195,7 @@ class PlainWalk:
 
         raw = sys.stdin.buffer.readline(MAX_LINE + 1)
         if not raw:
-            raise UserError(
-                f"no answer for {node.id!r} ({node.prompt}): stdin ended; give --answer {node.id}=N"
-            )
+            raise UserError(f"no answer to “{node.prompt}”: stdin ended (scripts: --answer {node.id}=N)")
         if len(raw) > MAX_LINE:
             raise UserError(f"an answer on stdin is longer than {MAX_LINE} bytes")
         line = decode_utf8(raw, "an answer on stdin").strip()
@@ -236,12 +238,15 @@ class PlainWalk:
         position = self.session.record_probe(node, result)
         step = next((s for s in position.trail if s.node == node.id), None)
         where = (
-            f" -> {step.target}" if step is not None and step.via != "fallback" else "; asking you instead"
+            f" -> {self.session.target_title(step.target)}"
+            if step is not None and step.via != "fallback"
+            else "; asking you instead"
         )
         self.say(f"  {name}: {result.status} - {result.summary or 'no summary'}{where}")
 
 
 def walk_json(session: Session, entry: Entry, *, jumped: bool) -> dict[str, Any]:
+    """The walk's leaf, trail, answers and probe results as JSON data."""
     from triage.cli._common import entry_json
 
     position = session.position

@@ -51,20 +51,18 @@ def resolve_option(node: QuestionNode, answer: str) -> tuple[str, str, Via]:
     text = answer.strip()
     if text.lower() in UNKNOWN_ANSWERS:
         if node.unknown is None:
-            raise UserError(f'question {node.id!r} has no "I don\'t know" option')
+            raise UserError(f'“{node.prompt}” has no "I don\'t know" option')
         return "I don't know", node.unknown, "unknown"
     if text.isdigit():
         index = int(text) - 1
         if 0 <= index < len(node.options):
             option = node.options[index]
             return option.label, option.target, "answer"
-        raise UserError(f"question {node.id!r} has options 1-{len(node.options)}, not {text}")
+        raise UserError(f"“{node.prompt}” has options 1-{len(node.options)}, not {text}")
     for option in node.options:
         if option.label.lower() == text.lower():
             return option.label, option.target, "answer"
-    raise UserError(
-        f"{text!r} is not an option of question {node.id!r} (give a number 1-{len(node.options)})"
-    )
+    raise UserError(f"{text!r} is not an option of “{node.prompt}” (give a number 1-{len(node.options)})")
 
 
 def branch_for(node: ProbeNode, value: str) -> tuple[str, Via]:
@@ -108,7 +106,7 @@ def walk(
             if node.id in answers:
                 value = answers[node.id].strip().lower()
                 if value not in node.branches and node.default is None:
-                    raise UserError(f"probe node {node.id!r} has no branch for {value!r}")
+                    raise UserError(f"“{node.prompt}” (a probe's question) has no branch for {value!r}")
                 target, _ = branch_for(node, value)
                 trail.append(Step(node.id, node.prompt, value, target, "override"))
             elif node.fact in facts:

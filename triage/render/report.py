@@ -27,18 +27,22 @@ from triage.render.verify import verify_headline
 __all__ = [
     "REPORT_PROBES",
     "REPORT_SECTIONS",
+    "SCRIPT_SECTION",
     "ExtraPart",
     "LogPart",
     "ReportInput",
     "build_report",
     "first_command",
     "first_shell_command",
+    "not_run_here",
     "report_filename",
     "verify_headline",
 ]
 
-# The probes every report runs (quick ones); the dist mini-test only where asked for.
+# The probes every report runs (quick ones); the dist mini-test only where asked for, the lint
+# probe only with a script (its findings get a section of their own).
 REPORT_PROBES = ("env", "gpu", "net", "versions", "configs")
+SCRIPT_SECTION = "Training script"
 REPORT_SECTIONS = (
     "Diagnosis",
     "Fix",
@@ -75,6 +79,7 @@ def confirmations(entry: Entry, facts: Mapping[str, object]) -> list[Confirmatio
 
 
 def report_filename(label: str, when: datetime) -> str:
+    """The file name a report is saved under."""
     return f"triage-report-{label}-{when:%Y%m%d-%H%M%S}.md"
 
 
@@ -118,6 +123,17 @@ class ReportInput:
     cancelled: Sequence[str] = ()
     extras: Sequence[ExtraPart] = ()
     unseen: Sequence[str] = ()  # what else could not be looked at, each with why
+
+
+def not_run_here(results: Sequence[ProbeResult], *, script: str | None) -> dict[str, str]:
+    """The probes a report from the interactive app did not run, and why."""
+    ran = {r.name for r in results}
+    out = {}
+    if "dist" not in ran:
+        out["dist"] = "the mini-test runs only where the walk asks for it (or `triage report --dist`)"
+    if "lint" not in ran and not script:
+        out["lint"] = "no training script given (`triage --script train.py`)"
+    return out
 
 
 def diagnosis(kb: KnowledgeBase, data: ReportInput) -> tuple[Entry | None, str]:
@@ -175,10 +191,23 @@ def build_report(kb: KnowledgeBase, data: ReportInput) -> str:
     }
     for name in REPORT_SECTIONS[:-1]:
         out += [f"## {name}", "", sections[name].strip(), ""]
-    for extra in data.extras:
+    for extra in [*_probe_parts(data.results), *data.extras]:
         out += [f"## {extra.title}", "", extra.markdown.strip(), ""]
     out += [f"## {REPORT_SECTIONS[-1]}", "", sections[REPORT_SECTIONS[-1]].strip(), ""]
     return redact_text("\n".join(out).rstrip() + "\n")
+
+
+def _probe_parts(results: Sequence[ProbeResult]) -> list[ExtraPart]:
+    """Sections of their own for probes that speak about the user's code: the lint probe's
+    findings on the training script (`--script`)."""
+    from triage.render.report_machine import fenced
+
+    parts = []
+    for result in results:
+        if result.name == "lint":
+            found = "\n\n".join(fenced(e.output) for e in result.evidence)
+            parts.append(ExtraPart(SCRIPT_SECTION, f"{result.summary}\n\n{found}".strip()))
+    return parts
 
 
 def _lead(kb: KnowledgeBase, entry: Entry | None, source: str) -> list[str]:

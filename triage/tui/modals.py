@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
-from triage.core.session import OverrideChoice, ProbeRecord
+from triage.core.model import ProbeNode
+from triage.core.session import OverrideChoice, ProbeRecord, Session
 from triage.tui.widgets import TONE_MARK
 
 
@@ -125,3 +127,26 @@ class ProbesScreen(ModalScreen[str | None]):
         listing = self.query_one("#probe-list", OptionList)
         if listing.highlighted is not None and self.records:
             self.dismiss(self.records[listing.highlighted].probe)
+
+
+def open_override(screen: Screen[Any], session: Session, node_id: str, done: Callable[[], None]) -> None:
+    """Ask which branch a probe node should take, apply it to the session, then call `done`."""
+    node = session.kb.graph.nodes[node_id]
+    assert isinstance(node, ProbeNode)
+    record = session.record_for(node_id)
+    step = session.step_for(node_id)
+    if record is not None and record.result is not None:
+        found = record.result.summary or str(record.value)
+    elif record is not None:
+        found = "nothing (cancelled)"
+    else:
+        found = step.answer if step else "nothing yet"
+    choices = session.override_choices(node_id)
+    titles = {c.target: session.target_title(c.target) for c in choices}
+
+    def chosen(value: str | None) -> None:
+        if value:
+            session.override(node_id, value)
+            done()
+
+    screen.app.push_screen(OverrideScreen(node.prompt, found, choices, titles), chosen)

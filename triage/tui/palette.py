@@ -11,6 +11,9 @@ if TYPE_CHECKING:
     from triage.tui.app import TriageApp
 
 
+EXACT_ID_SCORE = 1e9
+
+
 class EntryCommands(Provider):
     """Every entry as a palette command: "D9  Ranks run different numbers of batches…"."""
 
@@ -29,11 +32,16 @@ class EntryCommands(Provider):
 
     async def search(self, query: str) -> Hits:
         app: TriageApp = self.app  # type: ignore[assignment]
+        from triage.core.model import normalize_id
+
         matcher = self.matcher(query)
+        wanted = normalize_id(query.strip()) if query.strip() else ""
         for entry_id, text in self._entries():
             score = matcher.match(text)
-            if query.strip().upper() == entry_id:
-                score = 1.0  # an exact id wins whatever the fuzzy score says
+            if wanted == entry_id:
+                # An exact id comes first whatever the fuzzy scores are (they are not bounded by 1:
+                # "D20" scores "D4 ... port (29500)" above "D20 ..." itself).
+                score = EXACT_ID_SCORE
             if score > 0:
                 yield Hit(
                     score,

@@ -117,17 +117,24 @@ class ResultScreen(Screen[ResultAction | None]):
         shown = [step for step in self.trail if not self.session.skipped_step(step)]
         for number, step in enumerate(shown, 1):
             node = self.session.kb.graph.nodes.get(step.node)
+            target = self._target_words(step.target)
             if isinstance(node, ProbeNode):
                 probe = self.session.probe_name(node)
                 if step.via == "override":
-                    lines.append(f"{number}. {probe}: you chose “{step.answer}” → {step.target}")
+                    lines.append(f"{number}. {probe}: you chose “{step.answer}” → {target}")
                 elif step.via == "fallback":
                     lines.append(f"{number}. {probe}: did not run; you were asked")
                 else:
-                    lines.append(f"{number}. {probe}: {node.fact} = {step.answer} → {step.target}")
+                    lines.append(f"{number}. {probe}: {node.fact} = {step.answer} → {target}")
             else:
                 lines.append(f"{number}. {step.prompt} {step.answer}")
         return "\n".join(lines) or "Opened directly."
+
+    def _target_words(self, target: str) -> str:
+        """Where a step led, in words: an entry's id, or the next question as it is asked."""
+        if target in self.session.kb.entries:
+            return target
+        return f"“{self.session.target_title(target)}”"
 
     def _evidence_text(self) -> str:
         lines: list[str] = []
@@ -180,7 +187,7 @@ class ResultScreen(Screen[ResultAction | None]):
         from concurrent.futures import ThreadPoolExecutor
 
         from triage.core.findings import findings
-        from triage.render.report import REPORT_PROBES, ReportInput, build_report
+        from triage.render.report import REPORT_PROBES, ReportInput, build_report, not_run_here
 
         app = self.app
         session = self.session
@@ -188,7 +195,8 @@ class ResultScreen(Screen[ResultAction | None]):
         options: ProbeOptions = getattr(app, "probe_options", ProbeOptions())
         runner: ProbeRunner = getattr(app, "runner")  # noqa: B009 (the app's, not this screen's)
         done = session.probe_results()
-        missing = [name for name in REPORT_PROBES if name not in {r.name for r in done}]
+        wanted = [*REPORT_PROBES, *(["lint"] if options.script else [])]
+        missing = [name for name in wanted if name not in {r.name for r in done}]
         with ThreadPoolExecutor(max_workers=max(1, len(missing))) as pool:
             extra = list(pool.map(lambda name: runner.run(name, options, cancel), missing))
         reader = getattr(app, "read_inventory", None)
@@ -204,9 +212,7 @@ class ResultScreen(Screen[ResultAction | None]):
             host=socket.gethostname(),
             command="the interactive app, `e` on the result",
             results=results,
-            not_run={"dist": "the mini-test runs only where the walk asks for it (or `triage report --dist`)"}
-            if "dist" not in {r.name for r in results}
-            else {},
+            not_run=not_run_here(results, script=options.script),
             inventory=inventory,
             inventory_why="probes are switched off (--no-probes)",
             findings=findings(facts, session.kb, flagged),

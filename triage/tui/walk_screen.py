@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -25,9 +25,9 @@ from triage.core.errors import UserError
 from triage.core.facts import ProbeOptions, ProbeResult, ProbeRunner
 from triage.core.model import ProbeNode, QuestionNode
 from triage.core.session import Session
-from triage.core.suggest import NOTHING, Suggestion, Suggestions, suggest
+from triage.core.suggest import NOTHING, Suggestion, Suggestions, reply, suggest
 from triage.render.conversation import conversation
-from triage.tui.modals import OverrideScreen, ProbesScreen
+from triage.tui.modals import ProbesScreen, open_override
 from triage.tui.widgets import Breadcrumb, ProbeStatus, SearchBox, SuggestionList, Transcript
 
 if TYPE_CHECKING:
@@ -35,6 +35,14 @@ if TYPE_CHECKING:
 
 UNKNOWN_ID = "unknown"
 OPEN_ID = "open-result"
+# The key for each option: 1-9, then letters that no other key of this screen or the app uses
+# (j jumps, n restarts, o overrides, p lists probes, q quits, t switches the theme).
+OPTION_KEYS = "123456789abcdefghiklmrsuvwxyz"
+
+
+def option_key(number: int) -> str:
+    """The key that answers option `number` (1-based), or "" past the last key."""
+    return OPTION_KEYS[number - 1] if 1 <= number <= len(OPTION_KEYS) else ""
 
 
 @dataclass
@@ -56,7 +64,7 @@ class WalkScreen(Screen[None]):
         # A priority binding runs as the key arrives, so "/gpu" typed fast lands in the search box.
         Binding("slash", "search", "Search", priority=True),
         Binding("question_mark", "unknown", "Don't know", show=False),
-        *(Binding(str(n), f"choose({n})", show=False) for n in range(1, 10)),
+        *(Binding(key, f"choose({n})", show=False) for n, key in enumerate(OPTION_KEYS, 1)),
         Binding("j", "jump", "Jump"),
         Binding("o", "override", "Override"),
         Binding("p", "probes", "Probes"),
@@ -135,11 +143,12 @@ class WalkScreen(Screen[None]):
             options.focus()
         options.clear_options()
         if isinstance(node, QuestionNode):
-            panel.border_title = "Your answer: 1-9, ↑↓ Enter, or click" + (
+            last = option_key(len(node.options)) or " "
+            panel.border_title = f"Your answer: 1-{last}, ↑↓ Enter, or click" + (
                 ", ? don't know" if node.unknown else ""
             )
             for number, option in enumerate(node.options, 1):
-                key = f"{number}" if number <= 9 else " "
+                key = option_key(number) or " "
                 options.add_option(Option(Content.assemble((f"{key}  ", "bold $accent"), option.label)))
             if node.unknown is not None:
                 options.add_option(
@@ -357,26 +366,24 @@ class WalkScreen(Screen[None]):
         at = len(position.trail)
         self.clear_search()
         self.query_one("#options").focus()
-        weak = found.verdict == "no_match" and not explicit
-        if item is None or (item.kind == "entry" and weak):
-            closest = f" The closest entry is {item.entry_id}, but it is a weak match." if item else ""
-            self.notes.setdefault(at, []).append(
-                f"I could not match “{text}” to an answer or an entry.{closest} "
-                "Pick an answer, or try other words."
-            )
-            self.show_position(open_leaf=False)
-        elif item.kind == "option" and isinstance(position.node, QuestionNode) and item.option is not None:
-            self.answer(position.node, str(item.option + 1), own_words=text)
-        elif item.entry_id is not None and (explicit or not position.trail or position.leaf is not None):
-            self.open_entry(item.entry_id, how=f"Opened from the search “{text}”.")
+        what = reply(
+            found,
+            text,
+            chosen=item,
+            explicit=explicit,
+            mid_walk=bool(position.trail) and position.leaf is None,
+            can_answer=isinstance(position.node, QuestionNode),
+        )
+        if what.action == "answer" and isinstance(position.node, QuestionNode) and what.option is not None:
+            self.answer(position.node, str(what.option + 1), own_words=text)
+        elif what.action == "open" and what.entry_id is not None:
+            self.open_entry(what.entry_id, how=what.message)
         else:
-            entries = found.entries[:3]
-            self.suspects = [e.entry_id for e in entries if e.entry_id]
-            names = "".join(f"\n  {e.entry_id} ({round(e.score * 100)}%) {e.label}" for e in entries)
-            self.notes.setdefault(at, []).append(
-                f"“{text}” does not fit this question; it sounds like a different problem. "
-                f"I now suspect:{names}\nPress j to jump to {self.suspects[0]}, or keep answering."
-            )
+            jump = ""
+            if what.action == "suspect":
+                self.suspects = [e.entry_id for e in what.suspects if e.entry_id]
+                jump = f"\nPress j to jump to {self.suspects[0]}, or keep answering." if self.suspects else ""
+            self.notes.setdefault(at, []).append(what.message + jump)
             self.show_position(open_leaf=False)
 
     def clear_search(self) -> None:
@@ -432,26 +439,3 @@ class WalkScreen(Screen[None]):
             self.session.forget_probe(action.value)
             self.show_position()
         self.query_one("#options").focus()
-
-
-def open_override(screen: Screen[Any], session: Session, node_id: str, done: Callable[[], None]) -> None:
-    """Ask which branch a probe node should take, apply it to the session, then call `done`."""
-    node = session.kb.graph.nodes[node_id]
-    assert isinstance(node, ProbeNode)
-    record = session.record_for(node_id)
-    step = session.step_for(node_id)
-    if record is not None and record.result is not None:
-        found = record.result.summary or str(record.value)
-    elif record is not None:
-        found = "nothing (cancelled)"
-    else:
-        found = step.answer if step else "nothing yet"
-    choices = session.override_choices(node_id)
-    titles = {c.target: session.target_title(c.target) for c in choices}
-
-    def chosen(value: str | None) -> None:
-        if value:
-            session.override(node_id, value)
-            done()
-
-    screen.app.push_screen(OverrideScreen(node.prompt, found, choices, titles), chosen)
