@@ -45,7 +45,7 @@ def _lazy(pattern: str, flags: int = 0) -> Callable[[], re.Pattern[str]]:
 # that contain them are taken out: TOKENIZERS_PARALLELISM, AUTHOR, KEYBOARD, max_tokens, num_keys.
 SECRET_NAME = _lazy(
     r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|[_\-.]PWD$|[_\-.]PASS$"
-    r"|PRIVATE|SIGNATURE",
+    r"|PRIVATE",
     re.IGNORECASE,
 )
 _BENIGN = _lazy(
@@ -192,7 +192,8 @@ _PLACEHOLDER = _lazy(
 
 
 def _keep_head(match: re.Match[str]) -> str:
-    return f"{match['head']}{REDACTED}"
+    rest = match[0][len(match["head"]) :]
+    return match[0] if rest.startswith(REDACTED) else f"{match['head']}{REDACTED}"
 
 
 def _url_password(match: re.Match[str]) -> str:
