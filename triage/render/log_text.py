@@ -104,7 +104,7 @@ def _launcher_summary(event: Event, entry_id: str) -> bool:
 
 def evidence_line(scan: Scan, event: Event, indent: str = "    ") -> str:
     """One evidence line: where it was, and the text (shortened)."""
-    tag = " (echo)" if event.kind == "hit" and event.echo else ""
+    tag = " (echo)" if event.echo else (" (context)" if event.role in ("frame", "umbrella", "info") else "")
     text = event.text if len(event.text) <= 160 else event.text[:157] + "..."
     return f"{indent}{where(scan, event)}  [{rank_text(event.rank)}]{tag}  {text}"
 

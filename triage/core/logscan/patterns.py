@@ -36,6 +36,9 @@ STRUCTURAL_ANCHORS: tuple[str, ...] = (
     "what():",
     "nccl warn",
     "last error:",  # NCCL's umbrella errors: the cause is on the next line
+    "(most recent call first)",  # faulthandler's dump of a thread
+    "terminated with the following error",  # mp.spawn naming the process whose traceback follows
+    " busid ",  # NCCL's `comm ... rank 1 nranks 2 cudaDev 0 busId 86000`: which GPU each rank holds
 )
 
 

@@ -67,6 +67,26 @@ def regex_not_empty(ctx: Context) -> Iterator[Finding]:
 
 @rule(
     "KB019",
+    "signature-has-examples",
+    finds="a signature with no `examples:`, the real lines of output it was written from",
+    why="a pattern nobody has seen match real output is a guess: it may never fire, or fire on the wrong line",
+    fix="add `examples:` with a line copied verbatim from a real run or report (`triage repro ID` prints real ones)",
+)
+def signature_has_examples(ctx: Context) -> Iterator[Finding]:
+    """Report a signature with no real example line."""
+    for src, _, index, signature in signatures(ctx):
+        if compiled(signature) is not None and not signature.examples:
+            line = ctx.line(src, "signatures", index, "pattern")
+            yield Finding(
+                src,
+                line,
+                f"signatures[{index}].examples",
+                "is missing: the signature has no real example line",
+            )
+
+
+@rule(
+    "KB019",
     "examples-match",
     finds="a signature whose `examples` include a line its pattern does not match",
     why="the examples are the real lines the signature was written for; one that no longer matches "
