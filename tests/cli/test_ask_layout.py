@@ -23,7 +23,7 @@ def test_every_entry_answers_within_a_screen_with_the_banner_before_the_fix(kb: 
         lines = answer_lines(kb, entry, 0.9, "match", others, PLAIN)
         assert len(lines) <= SCREEN_ROWS, (entry.id, len(lines))
         assert lines[0].startswith(("Best match (0.90): ", "Out of scope (0.90): ")) and entry.id in lines[0]
-        banner = verify_headline(entry)
+        banner = verify_headline(entry)[:40]  # the one wording (triage/render/verify.py)
         assert banner in lines[1] or banner in lines[2], entry.id  # right under the verdict (1-2 lines)
         assert "Fix" in lines, entry.id
         fix_at = lines.index("Fix")
@@ -40,7 +40,7 @@ def test_full_has_the_cause_the_whole_fix_and_related(kb: KnowledgeBase) -> None
     text = "\n".join(lines)
     assert "Root cause" in text and "Related" in text
     assert "Join" in text  # the last step of D9's fix
-    assert text.index(verify_headline(entry)) < text.index("Fix") < text.index("Root cause")
+    assert text.index(verify_headline(entry)[:40]) < text.index("Fix") < text.index("Root cause")
 
 
 class Question:
