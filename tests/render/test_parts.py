@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 from triage.core.model import KnowledgeBase
 from triage.render.document import entry_markdown
 from triage.render.entry_text import entry_lines
 from triage.render.parts import PARTS, entry_parts
-from triage.render.report import build_report
+from triage.render.report import ReportInput, build_report
 from triage.render.terminal import Style
 
 ORDER = [p.title for p in PARTS]
@@ -35,8 +36,9 @@ def test_show_follows_the_one_order(kb: KnowledgeBase) -> None:
 
 def test_the_report_follows_the_one_order(kb: KnowledgeBase) -> None:
     entry = kb.entries["D9"]
-    text = build_report(kb, entry, trail=(), results=(), facts={}, own_words={}, cancelled=(), how="")
-    titles = [t for t in re.findall(r"^### (.+)$", text, re.M) if t in ORDER]
+    text = build_report(kb, ReportInput(when=datetime.now(UTC), host="h", command="test", entry=entry))
+    fix = text.split("\n## Fix\n", 1)[1].split("\n## ", 1)[0]
+    titles = ["Fix", *(t for t in re.findall(r"^### (.+)$", fix, re.M) if t in ORDER)]
     assert _in_order(titles), titles
 
 

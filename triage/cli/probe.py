@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from triage.core.facts import ProbeResult
     from triage.core.findings import Finding
 
-HELP = "run the live probes (env, gpu, net, versions, configs, dist, lint) and show what they found"
+HELP = "look at this machine: env gpu net versions configs dist lint"
 DESCRIPTION = (
     "Run the probes concurrently, each bounded by --timeout: env (launcher, rank variables), gpu (NVML), "
     "net (interfaces, MTU, NCCL_SOCKET_IFNAME, master port), versions (torch, CUDA, NCCL), configs "
