@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint kb bench clean system-deps
+.PHONY: run test test-fast lint kb bench clean system-deps
 
 $(STAMP): pyproject.toml
 	@echo "== make: creating $(VENV) and installing triage into it, with torch 2.13 (the CPU build the"
@@ -45,6 +45,10 @@ system-deps:
 
 test: system-deps lint kb
 	$(PY) -m pytest -q
+
+# The quick tier while developing: no torch processes, no browser, no Textual app (marker `slow`).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done

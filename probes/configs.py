@@ -135,6 +135,8 @@ def _set(value: Any) -> bool:
 
 @dataclass
 class ConfigReport:
+    """What the config probe found: facts, notes for people, and failures."""
+
     facts: dict[str, object] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)

@@ -1,7 +1,9 @@
-"""The env probe: which launcher set this process up, and whether its rank contract holds together.
+"""The env probe: which launcher set this process up, whether its rank contract holds together, and
+the host around it (container or not, how much /dev/shm).
 
-Reads the environment only. `inspect_env` is pure (an environment in, a result out) so it can be
-checked against any environment; `probe` applies it to this process's own.
+`inspect_env` is pure (an environment in, a result out) so it can be checked against any
+environment; `inspect_host` reads a few files under a root directory (the real `/` in `probe`, a
+temporary tree in tests). `probe` applies both to this process.
 """
 
 from __future__ import annotations
@@ -9,10 +11,12 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from probes import launchers
 from probes.subproc import evidence
-from triage.core.facts import ProbeOptions, ProbeResult, Status
+from triage.core.facts import Evidence, ProbeOptions, ProbeResult, Status
 from triage.core.redact import redact_env
 
 NAME = "env"
@@ -202,6 +206,119 @@ def inspect_env(env: Mapping[str, str]) -> ProbeResult:
     return ProbeResult(NAME, status, facts, tuple(evidences), summary=summary, flagged=tuple(flagged))
 
 
+SHM_SMALL_BYTES = 1 << 30  # below this NCCL's shared-memory transport runs out with a few GPUs
+MIB = 1 << 20
+# /proc/1/cgroup (cgroup v1 paths, or v2 paths of the container runtime) -> container kind
+CGROUP_MARKERS = (
+    ("kubepods", "kubernetes"),
+    ("libpod", "podman"),
+    ("docker", "docker"),
+    ("lxc", "lxc"),
+    ("containerd", "other"),
+    ("crio", "other"),
+)
+
+
+@dataclass
+class Host:
+    """What the host around this process looks like: facts, evidence and problems."""
+
+    facts: dict[str, object] = field(default_factory=dict)
+    evidence: list[Evidence] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    flagged: list[str] = field(default_factory=list)
+
+
+def _read(path: Path, limit: int = 1 << 16) -> str:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def detect_container(root: Path, env: Mapping[str, str]) -> tuple[str, str]:
+    """(container kind, why): docker, kubernetes, podman, lxc, other or none."""
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        return "kubernetes", "KUBERNETES_SERVICE_HOST is set"
+    if (root / "run/.containerenv").exists():
+        return "podman", "/run/.containerenv exists"
+    if (root / ".dockerenv").exists():
+        return "docker", "/.dockerenv exists"
+    cgroup = _read(root / "proc/1/cgroup")
+    for marker, kind in CGROUP_MARKERS:
+        if marker in cgroup:
+            return kind, f"/proc/1/cgroup mentions {marker}"
+    runtime = env.get("container", "").strip()
+    if runtime:
+        return ("podman" if runtime == "podman" else "lxc" if runtime == "lxc" else "other"), (
+            f"container={runtime} in the environment"
+        )
+    return (
+        "none",
+        "no container marker (/.dockerenv, /run/.containerenv, /proc/1/cgroup, KUBERNETES_SERVICE_HOST)",
+    )
+
+
+def shm_bytes(root: Path) -> int | None:
+    """Size of the filesystem mounted at /dev/shm, None when it cannot be read."""
+    try:
+        stat = os.statvfs(root / "dev/shm")
+    except OSError:
+        return None
+    return stat.f_frsize * stat.f_blocks
+
+
+def inspect_host(root: Path, env: Mapping[str, str], shm: int | None) -> Host:
+    """Container and /dev/shm facts for the host under `root` (shm: the size of its /dev/shm)."""
+    host = Host()
+    kind, why = detect_container(root, env)
+    host.facts["env.container"] = kind
+    lines = [f"container: {kind} ({why})"]
+    if shm is not None:
+        host.facts["env.shm_mb"] = shm // MIB
+        host.facts["env.shm_small"] = shm < SHM_SMALL_BYTES
+        lines.append(f"/dev/shm: {shm / MIB:.0f} MiB (os.statvfs)")
+        stale = (
+            sorted(p.name for p in (root / "dev/shm").glob("nccl-*"))[:5]
+            if (root / "dev/shm").is_dir()
+            else []
+        )
+        if stale:
+            lines.append(f"nccl-* segments present: {', '.join(stale)}")
+        if shm < SHM_SMALL_BYTES:
+            where = f"inside {kind}" if kind != "none" else "on this host"
+            host.problems.append(
+                f"/dev/shm is only {shm / MIB:.0f} MiB {where}: too small for NCCL's shared memory with several GPUs"
+            )
+            host.flagged.append("env.shm_small")
+    else:
+        lines.append("/dev/shm: cannot be read (os.statvfs failed)")
+    host.evidence.append(
+        evidence(
+            "container and shared memory (/.dockerenv, /proc/1/cgroup, statvfs /dev/shm)", "\n".join(lines)
+        )
+    )
+    return host
+
+
 def probe(options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
-    """The env probe on this process's environment."""
-    return inspect_env(dict(os.environ))
+    """The env probe on this process's environment and host."""
+    env = dict(os.environ)
+    result = inspect_env(env)
+    root = Path("/")
+    host = inspect_host(root, env, shm_bytes(root))
+    facts = {**result.facts, **host.facts}
+    problems = host.problems
+    status: Status = "warn" if problems or result.status == "warn" else result.status
+    summary = result.summary
+    if problems:
+        summary = "; ".join([*problems, summary]) if result.status == "warn" else "; ".join(problems)
+    return ProbeResult(
+        NAME,
+        status,
+        facts,
+        (*result.evidence, *host.evidence),
+        summary=summary,
+        flagged=(*result.flagged, *host.flagged),
+    )

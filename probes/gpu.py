@@ -9,29 +9,55 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import shutil
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from probes import pcie
 from probes.subproc import command_evidence, evidence, run_command
+from probes.torch_files import arch_supports, cuda_arch_list, find_torch
 from triage.core.facts import Evidence, ProbeOptions, ProbeResult, Status
 
 NAME = "gpu"
-KEY_FACTS = ("gpu.count", "gpu.all_ranks_on_gpu0", "gpu.zombie_memory", "gpu.nvswitch", "gpu.fabricmanager")
+KEY_FACTS = (
+    "gpu.count",
+    "gpu.all_ranks_on_gpu0",
+    "gpu.zombie_memory",
+    "gpu.nvswitch",
+    "gpu.fabricmanager",
+    "gpu.hardware_errors",
+    "gpu.arch_supported",
+)
 
 GIB = 1 << 30
 ZOMBIE_BYTES = GIB  # memory held with no process listed: more than a driver's own reservation
 SPIN_SM_PERCENT = 90
 SPIN_MEMORY_PERCENT = 5
 FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+P2P_READ = 0  # NVML_P2P_CAPS_INDEX_READ (pynvml spells it as a one-element tuple)
+P2P_STATUS = {
+    0: "OK",
+    1: "chipset not supported",
+    2: "GPU not supported",
+    3: "IOH topology not supported",
+    4: "disabled by regkey",
+    5: "not supported",
+    6: "unknown",
+}
+XID_WATCH_S = 0.3  # how long the probe listens for Xid events
+HARDWARE_XIDS = {48, 63, 64, 74, 79, 92, 94, 95, 119, 120}
 
 
 @dataclass(frozen=True)
 class GpuProcess:
+    """A process holding memory on a GPU."""
+
     pid: int
     used_bytes: int | None
     name: str = ""
@@ -39,6 +65,8 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class Gpu:
+    """One GPU as NVML or nvidia-smi describes it."""
+
     index: int
     name: str
     uuid: str = ""
@@ -51,15 +79,43 @@ class Gpu:
     nvlinks_active: int | None = None  # None: NVLink not queried or not supported
     nvswitch: bool | None = None
     fabric_state: str | None = None  # FABRIC_STATES value; None when NVML cannot say
+    compute_capability: tuple[int, int] | None = None
+    ecc_uncorrected: int | None = None  # volatile (since the driver loaded); None: no ECC or not asked
+    retired_pending: bool | None = None  # pages waiting to be retired at the next reset
+    remap_pending: bool | None = None  # row remapping waiting for a reset (A100 and later)
+    remap_failed: bool | None = None
+
+    @property
+    def arch(self) -> str:
+        return (
+            f"sm_{self.compute_capability[0]}{self.compute_capability[1]}" if self.compute_capability else ""
+        )
+
+    @property
+    def hardware_errors(self) -> list[str]:
+        found = []
+        if self.ecc_uncorrected:
+            found.append(f"{self.ecc_uncorrected} uncorrectable ECC errors since the driver loaded")
+        if self.retired_pending:
+            found.append("pages pending retirement")
+        if self.remap_failed:
+            found.append("a row remapping failed")
+        elif self.remap_pending:
+            found.append("row remapping pending a reset")
+        return found
 
 
 @dataclass
 class Snapshot:
+    """Every GPU the driver reports, read one way (NVML or nvidia-smi)."""
+
     source: str  # "nvml" or "nvidia-smi"
     gpus: list[Gpu]
     driver: str = ""
     cuda_driver: str = ""
     evidence: list[Evidence] = field(default_factory=list)
+    p2p: dict[tuple[int, int], int] = field(default_factory=dict)  # (i, j) -> NVML P2P read status
+    xids: list[tuple[int, int]] = field(default_factory=list)  # (gpu index, xid) seen while watching
 
 
 def _text(value: object) -> str:
@@ -94,13 +150,46 @@ def collect_nvml(nvml: ModuleType) -> Snapshot:
     try:
         driver, cuda_driver = driver_versions(nvml)
         gpus = [_read_gpu(nvml, nvml_error, index) for index in range(int(nvml.nvmlDeviceGetCount()))]
+        p2p = _p2p_matrix(nvml, nvml_error, len(gpus))
+        xids = _watch_xids(nvml, nvml_error, len(gpus), XID_WATCH_S)
     finally:
         with contextlib.suppress(nvml_error):
             nvml.nvmlShutdown()
     lines = [f"driver {driver}" + (f", CUDA driver API {cuda_driver}" if cuda_driver else "")]
     for gpu in gpus:
         lines.append(_describe(gpu))
-    return Snapshot("nvml", gpus, driver, cuda_driver, [evidence("pynvml (NVML)", "\n".join(lines))])
+    proof = [evidence("pynvml (NVML)", "\n".join(lines))]
+    health = [
+        f"GPU {g.index}: compute capability {g.arch or '?'}; "
+        + (
+            f"ECC uncorrected (volatile) {g.ecc_uncorrected}"
+            if g.ecc_uncorrected is not None
+            else "ECC counters not available"
+        )
+        + (
+            f"; retired pages pending: {'yes' if g.retired_pending else 'no'}"
+            if g.retired_pending is not None
+            else ""
+        )
+        + (
+            f"; row remap pending: {'yes' if g.remap_pending else 'no'}, failed: {'yes' if g.remap_failed else 'no'}"
+            if g.remap_pending is not None
+            else ""
+        )
+        for g in gpus
+    ]
+    health += [f"P2P {i}<->{j}: {P2P_STATUS.get(v, str(v))}" for (i, j), v in sorted(p2p.items())]
+    health.append(
+        f"Xid events while listening {XID_WATCH_S:.1f} s: "
+        + (", ".join(f"GPU {i} Xid {x}" for i, x in xids) if xids else "none")
+    )
+    proof.append(
+        evidence(
+            "pynvml: compute capability, ECC (volatile uncorrected), retired pages, row remapping, P2P, Xid events",
+            "\n".join(health),
+        )
+    )
+    return Snapshot("nvml", gpus, driver, cuda_driver, proof, p2p, xids)
 
 
 def driver_versions(nvml: ModuleType) -> tuple[str, str]:
@@ -136,6 +225,14 @@ def _read_gpu(nvml: ModuleType, nvml_error: type[BaseException], index: int) -> 
             )
     pci = optional("nvmlDeviceGetPciInfo")
     links_active, switch = _nvlinks(nvml, nvml_error, handle)
+    capability = optional("nvmlDeviceGetCudaComputeCapability")
+    ecc = optional(
+        "nvmlDeviceGetTotalEccErrors",
+        getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
+        getattr(nvml, "NVML_VOLATILE_ECC", 0),
+    )
+    pending = optional("nvmlDeviceGetRetiredPagesPendingStatus")
+    remap = optional("nvmlDeviceGetRemappedRows")
     return Gpu(
         index=index,
         name=_text(nvml.nvmlDeviceGetName(handle)),
@@ -149,7 +246,70 @@ def _read_gpu(nvml: ModuleType, nvml_error: type[BaseException], index: int) -> 
         nvlinks_active=links_active,
         nvswitch=switch,
         fabric_state=_fabric_state(nvml, nvml_error, handle),
+        compute_capability=(int(capability[0]), int(capability[1])) if capability is not None else None,
+        ecc_uncorrected=int(ecc) if ecc is not None else None,
+        retired_pending=bool(pending) if pending is not None else None,
+        remap_pending=bool(remap[2]) if remap is not None else None,
+        remap_failed=bool(remap[3]) if remap is not None else None,
     )
+
+
+def _p2p_matrix(nvml: ModuleType, nvml_error: type[BaseException], count: int) -> dict[tuple[int, int], int]:
+    """NVML's peer-to-peer read status for every pair of GPUs (what CUDA will let NCCL use)."""
+    call = getattr(nvml, "nvmlDeviceGetP2PStatus", None)
+    if call is None or count < 2:
+        return {}
+    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+    found: dict[tuple[int, int], int] = {}
+    for i in range(count):
+        for j in range(i + 1, count):
+            try:
+                found[(i, j)] = int(call(handles[i], handles[j], P2P_READ))
+            except (nvml_error, TypeError):
+                continue
+    return found
+
+
+def _watch_xids(
+    nvml: ModuleType, nvml_error: type[BaseException], count: int, seconds: float
+) -> list[tuple[int, int]]:
+    """Xid errors NVML reports while the probe listens for `seconds` (NVML keeps no history)."""
+    create = getattr(nvml, "nvmlEventSetCreate", None)
+    if create is None or count == 0:
+        return []
+    try:
+        event_set = create()
+    except nvml_error:
+        return []
+    seen: list[tuple[int, int]] = []
+    try:
+        registered = 0
+        for index in range(count):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            try:
+                nvml.nvmlDeviceRegisterEvents(
+                    handle, getattr(nvml, "nvmlEventTypeXidCriticalError", 8), event_set
+                )
+                registered += 1
+            except nvml_error:
+                continue
+        if not registered:
+            return []
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                data = nvml.nvmlEventSetWait_v2(event_set, max(1, int(left * 1000)))
+            except nvml_error:
+                break  # NVML_ERROR_TIMEOUT: nothing more happened
+            try:
+                index = int(nvml.nvmlDeviceGetIndex(data.device))
+            except (nvml_error, AttributeError):
+                index = -1
+            seen.append((index, int(getattr(data, "eventData", 0))))
+    finally:
+        with contextlib.suppress(nvml_error):
+            nvml.nvmlEventSetFree(event_set)
+    return seen
 
 
 def _nvlinks(
@@ -323,6 +483,116 @@ def facts_from_gpus(gpus: Sequence[Gpu]) -> dict[str, object]:
     return facts
 
 
+def visible_gpus(count: int, cuda_visible_devices: str | None) -> int:
+    """How many of `count` GPUs a process sees under CUDA_VISIBLE_DEVICES (CUDA stops at the first
+    entry that names no GPU)."""
+    if cuda_visible_devices is None:
+        return count
+    seen = 0
+    for raw in cuda_visible_devices.split(","):
+        item = raw.strip()
+        if not item:
+            break
+        if item.isdigit() and int(item) >= count:
+            break
+        seen += 1
+    return min(seen, count)
+
+
+def requested_local_processes(env: Mapping[str, str]) -> tuple[int, str] | None:
+    """How many processes the launcher runs on this machine, and the variable that says so."""
+    for name in ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"):
+        raw = env.get(name, "").split("(", 1)[0].strip()
+        if raw.isdigit():
+            return int(raw), name
+    single_node = env.get("GROUP_WORLD_SIZE", "1").strip() in ("", "1") and env.get(
+        "SLURM_NNODES", "1"
+    ).strip() in ("", "1")
+    raw = env.get("WORLD_SIZE", "").strip()
+    if raw.isdigit() and single_node:
+        return int(raw), "WORLD_SIZE (single node)"
+    return None
+
+
+def health_facts(
+    snapshot: Snapshot,
+    env: Mapping[str, str],
+    archs: list[str] | None,
+    pcie_gpus: list[pcie.GpuPcie],
+) -> tuple[dict[str, object], list[str], list[str]]:
+    """(facts, findings, evidence lines) about fit and health: ranks vs GPUs, architecture vs the
+    torch build, peer-to-peer and PCIe, ECC/row-remap/Xid."""
+    gpus = snapshot.gpus
+    facts: dict[str, object] = {}
+    notes: list[str] = []
+    lines: list[str] = []
+    if not gpus:
+        return facts, notes, lines
+    visible = visible_gpus(len(gpus), env.get("CUDA_VISIBLE_DEVICES"))
+    wanted = requested_local_processes(env)
+    if wanted is not None:
+        facts["gpu.ranks_exceed_gpus"] = wanted[0] > visible
+        lines.append(f"{wanted[1]}={wanted[0]} processes on this machine, {visible} GPU(s) visible")
+        if wanted[0] > visible:
+            notes.append(
+                f"{wanted[0]} local processes but only {visible} visible GPU(s) (invalid device ordinal)"
+            )
+    else:
+        lines.append(f"{visible} GPU(s) visible; no LOCAL_WORLD_SIZE/WORLD_SIZE to compare with")
+    capabilities = sorted({g.arch for g in gpus if g.arch})
+    if capabilities:
+        facts["gpu.compute_capability"] = ",".join(capabilities)
+        if archs:
+            unsupported = [
+                g
+                for g in gpus
+                if g.compute_capability is not None and not arch_supports(archs, g.compute_capability)
+            ]
+            facts["gpu.arch_supported"] = not unsupported
+            lines.append(f"GPU architectures {', '.join(capabilities)}; torch built for {' '.join(archs)}")
+            if unsupported:
+                notes.append(
+                    f"GPU {unsupported[0].index} ({unsupported[0].name}, {unsupported[0].arch}) is not in the "
+                    f"installed torch's architectures ({' '.join(archs)})"
+                )
+        else:
+            lines.append(
+                f"GPU architectures {', '.join(capabilities)}; the torch build's architectures are unknown"
+            )
+    if snapshot.p2p:
+        blocked = {pair: v for pair, v in snapshot.p2p.items() if v != 0}
+        facts["gpu.p2p_status"] = "blocked" if blocked else "ok"
+    iommu, redirect, pcie_lines = pcie.summarize(pcie_gpus)
+    lines += pcie_lines
+    if iommu is not None:
+        facts["gpu.iommu"] = iommu
+    pcie_pairs = (
+        len(gpus) > 1 and not all(g.nvswitch for g in gpus) and any(not g.nvlinks_active for g in gpus)
+    )
+    p2p_used = any(v == 0 for v in snapshot.p2p.values())
+    if pcie_pairs and p2p_used and (iommu == "on" or redirect):
+        facts["gpu.pcie_p2p_risk"] = True
+        why = (
+            "the IOMMU translates the GPUs' DMA"
+            if iommu == "on"
+            else "ACS redirects P2P on a bridge above the GPUs"
+        )
+        notes.append(
+            f"peer-to-peer over PCIe is reported available but {why} (hangs at the first collective)"
+        )
+    elif len(gpus) > 1 and (redirect is not None or not pcie_pairs or not p2p_used):
+        facts["gpu.pcie_p2p_risk"] = False
+    errors = {g.index: g.hardware_errors for g in gpus if g.hardware_errors}
+    hardware_xids = [(i, x) for i, x in snapshot.xids if x in HARDWARE_XIDS]
+    if any(g.ecc_uncorrected is not None or g.remap_pending is not None for g in gpus) or snapshot.xids:
+        facts["gpu.hardware_errors"] = bool(errors or hardware_xids)
+    for index, found in errors.items():
+        notes.append(f"GPU {index}: {', '.join(found)}")
+    for index, xid in hardware_xids:
+        notes.append(f"GPU {index}: Xid {xid} while the probe watched")
+    return facts, notes, lines
+
+
 def _findings(gpus: Sequence[Gpu], facts: dict[str, object]) -> list[str]:
     """What looks wrong, in the words of the GPUs."""
     notes = []
@@ -396,7 +666,19 @@ def probe(options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
         state, fm_proof = fabricmanager_state(step_timeout, cancel)
         facts["gpu.fabricmanager"] = state
         proof.extend(fm_proof)
-    notes = _findings(snapshot.gpus, facts)
+    archs, arch_source = _torch_archs()
+    bdfs = [b for b in (pcie.nvml_bus_id_to_bdf(g.bus_id) for g in snapshot.gpus) if b]
+    pcie_gpus = [pcie.gpu_pcie(b, SYS_ROOT) for b in bdfs]
+    extra, extra_notes, extra_lines = health_facts(snapshot, os.environ, archs, pcie_gpus)
+    facts.update(extra)
+    if snapshot.gpus:
+        proof.append(
+            evidence(
+                f"fit and health (environment, {arch_source}, {SYS_ROOT}/bus/pci and iommu_groups)",
+                "\n".join(extra_lines),
+            )
+        )
+    notes = _findings(snapshot.gpus, facts) + extra_notes
     status: Status = "warn" if notes else "ok" if snapshot.gpus else "unavailable"
     if notes:
         summary = "; ".join(notes)
@@ -412,7 +694,26 @@ def probe(options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
     ]
     if facts.get("gpu.nvswitch") and facts.get("gpu.fabricmanager") in ("inactive", "not_installed"):
         flagged.append("gpu.fabricmanager")
+    for name, bad in (
+        ("gpu.ranks_exceed_gpus", True),
+        ("gpu.arch_supported", False),
+        ("gpu.pcie_p2p_risk", True),
+        ("gpu.hardware_errors", True),
+    ):
+        if facts.get(name) is bad:
+            flagged.append(name)
     return ProbeResult(NAME, status, facts, tuple(proof), summary=summary, flagged=tuple(flagged))
+
+
+SYS_ROOT = Path("/sys")
+
+
+def _torch_archs() -> tuple[list[str] | None, str]:
+    """The CUDA architectures of the installed torch, from its files; (None, why) when unknown."""
+    location = find_torch()
+    if location is None:
+        return None, "torch not installed"
+    return cuda_arch_list(location)
 
 
 def gpu_count() -> int:

@@ -76,6 +76,7 @@ def _target(path: Path) -> tuple[Path, str, LaunchFacts | None]:
 
 
 def probe(options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
+    """Lint the training script the options name, as a probe result."""
     if not options.script:
         return ProbeResult(NAME, "unavailable", summary="no training script given (--script PATH)")
     try:

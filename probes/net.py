@@ -35,6 +35,8 @@ NOT_DATA_PREFIXES = ("docker", "veth", "virbr", "lo")
 
 @dataclass(frozen=True)
 class Interface:
+    """A network interface: name, MTU and state."""
+
     name: str
     mtu: int | None
     operstate: str
@@ -245,6 +247,7 @@ def port_holder(port: int) -> str:
 
 
 def master_port(env: Mapping[str, str]) -> tuple[int, str]:
+    """The rendezvous port this job would use, and where that came from."""
     raw = env.get("MASTER_PORT", "").strip()
     if raw.isdigit() and 0 < int(raw) < 65536:
         return int(raw), "MASTER_PORT"
@@ -256,6 +259,8 @@ def master_port(env: Mapping[str, str]) -> tuple[int, str]:
 
 @dataclass
 class NetReport:
+    """What the net probe found: facts, notes and evidence."""
+
     facts: dict[str, object] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     evidence: list[Evidence] = field(default_factory=list)

@@ -32,6 +32,7 @@ def result_from_json(text: str) -> ProbeResult:
 
 
 def main() -> int:
+    """Run one probe named on stdin and write its result as a JSON line."""
     from triage.core import children
 
     children.watch_parent()  # the app died without stopping this probe: stop with it

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from probes import configs, dist, env, gpu, lint, net, versions
+from probes.hang import probe as hang
 from probes.subproc import evidence
 from triage.core import children
 from triage.core.facts import STATUS_ORDER, ProbeOptions, ProbeResult, ProgressCallback, Status
@@ -25,6 +26,8 @@ ProbeFunction = Callable[[ProbeOptions, threading.Event], ProbeResult]
 
 @dataclass(frozen=True)
 class ProbeSpec:
+    """A probe by name: its title and the function that runs it."""
+
     name: str
     title: str
     run: ProbeFunction
@@ -43,6 +46,7 @@ PROBES: dict[str, ProbeSpec] = {
         ProbeSpec("configs", "Accelerate config and DeepSpeed JSON", configs.probe, configs.KEY_FACTS),
         ProbeSpec("dist", "torch.distributed mini-test", dist.probe, dist.KEY_FACTS),
         ProbeSpec("lint", "the training script (--script), statically", lint.probe, lint.KEY_FACTS),
+        ProbeSpec("hang", "the job running here: every rank's stack and records", hang.probe, hang.KEY_FACTS),
     )
 }
 # How long a probe may take to stop after its timeout or a cancel, killing its children, before the
@@ -169,6 +173,7 @@ def probe_for_fact(kb: KnowledgeBase, fact: str) -> str | None:
 
 
 def facts_of_probe(kb: KnowledgeBase, probe: str) -> tuple[str, ...]:
+    """The facts in the knowledge base that `probe` reports."""
     return tuple(name for name, fact in kb.facts.items() if fact.probe == probe)
 
 

@@ -20,6 +20,7 @@ import ast
 import importlib.machinery
 import importlib.metadata
 import importlib.util
+import mmap
 import os
 import re
 from collections.abc import Mapping
@@ -144,3 +145,51 @@ def other_libnccl(env: Mapping[str, str]) -> list[str]:
             continue
         found.extend(f"LD_LIBRARY_PATH: {os.path.join(folder, name)}" for name in names[:1])
     return found
+
+
+# The list torch.cuda.get_arch_list() returns is the string torch was built with
+# (TORCH_CUDA_ARCH_LIST as "sm_80 sm_86 sm_90 compute_90"), compiled into the Python bindings.
+ARCH_LIST = re.compile(rb"(?:sm|compute)_\d{2,3}[a-z]?(?: (?:sm|compute)_\d{2,3}[a-z]?){1,40}")
+ARCH_FILES = ("libtorch_python.so", "torch_python.dll", "libtorch_python.dylib")
+ARCH_SCAN_LIMIT = 400 << 20  # bytes; larger files are not scanned (the probe has a time budget)
+
+
+def cuda_arch_list(location: Path) -> tuple[list[str] | None, str]:
+    """The CUDA architectures the torch at `location` was built for, read from its library without
+    importing it: (list, where it was found) or (None, why not)."""
+    for name in ARCH_FILES:
+        path = location / "lib" / name
+        try:
+            size = path.stat().st_size
+        except OSError:
+            continue
+        if size > ARCH_SCAN_LIMIT:
+            return None, f"{path} is {size >> 20} MiB, too large to scan quickly"
+        try:
+            with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                found = [m.group().decode() for m in ARCH_LIST.finditer(data)]
+        except (OSError, ValueError) as exc:
+            return None, f"cannot read {path}: {exc}"
+        if not found:
+            return None, f"no architecture list in {path} (a CPU or ROCm build)"
+        best = max(found, key=len)
+        return best.split(), f"the arch list compiled into {path} (torch not imported)"
+    return None, f"no torch Python bindings library under {location / 'lib'}"
+
+
+def arch_supports(archs: list[str], capability: tuple[int, int]) -> bool:
+    """Whether a build for `archs` runs on a GPU of compute `capability`, as CUDA loads code: a
+    cubin of the same major version and no newer minor, or PTX (compute_XY) no newer than the GPU."""
+    major, minor = capability
+    mine = major * 10 + minor
+    for arch in archs:
+        kind, _, number = arch.partition("_")
+        digits = re.match(r"\d+", number)
+        if digits is None:
+            continue
+        value = int(digits.group())
+        if kind == "sm" and value // 10 == major and value % 10 <= minor:
+            return True
+        if kind == "compute" and value <= mine:
+            return True
+    return False

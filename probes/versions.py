@@ -22,9 +22,11 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from probes import known_bad
 from probes.subproc import command_evidence, evidence, run_command
 from probes.torch_files import (
     c_extension,
+    cuda_arch_list,
     find_torch,
     other_libnccl,
     owning_distribution,
@@ -35,7 +37,7 @@ from probes.torch_files import (
 from triage.core.facts import Evidence, ProbeOptions, ProbeResult, Status
 
 NAME = "versions"
-KEY_FACTS = ("versions.torch", "versions.cuda", "versions.nccl")
+KEY_FACTS = ("versions.torch", "versions.cuda", "versions.nccl", "versions.platform", "versions.known_bad")
 NOT_IMPORTED = "read, torch not imported"
 
 # Runs in the child: everything that needs torch imported, as one JSON line.
@@ -58,6 +60,10 @@ try:
     out["device_count"] = torch.cuda.device_count()
 except Exception as exc:
     out["cuda_error"] = repr(exc)
+try:
+    out["arch_list"] = torch.cuda.get_arch_list() if out["cuda"] else []
+except Exception as exc:
+    out["arch_error"] = repr(exc)
 if out["cuda"] or out["hip"]:
     try:
         v = torch.cuda.nccl.version()
@@ -174,13 +180,70 @@ def query_torch(timeout_s: float, cancel: threading.Event) -> tuple[dict[str, ob
 
 
 def package_version(name: str) -> str | None:
+    """The installed version of a distribution, or None."""
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
+def platform_name(system: str, release: str) -> str:
+    """linux, wsl, windows, darwin or other, from sys.platform and the kernel release."""
+    if system.startswith("linux"):
+        return "wsl" if "microsoft" in release.lower() else "linux"
+    if system in ("win32", "cygwin"):
+        return "windows"
+    return "darwin" if system == "darwin" else "other"
+
+
+def kernel_release() -> str:
+    """The running kernel's release string, or "" when it cannot be read."""
+    try:
+        return Path("/proc/sys/kernel/osrelease").read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return platform.release()
+
+
+def nccl_built(system: str, cuda: str, hip: str) -> tuple[bool, str]:
+    """Whether this torch build carries NCCL (RCCL on ROCm), judged from its files."""
+    if system not in ("linux", "wsl"):
+        return False, f"torch builds for {system} have no NCCL (gloo only)"
+    if hip:
+        return True, f"a ROCm build (hip {hip}) carries RCCL"
+    if cuda:
+        return True, f"a Linux CUDA {cuda} build carries NCCL"
+    return False, "a CPU-only build (version.py: cuda None) has no NCCL"
+
+
+def check_known_bad(facts: dict[str, object]) -> tuple[list[str], Evidence]:
+    """Notes for installed versions listed in known_bad_versions.yaml, and the evidence."""
+    items, problems, path = known_bad.load()
+    installed = {
+        "torch": str(facts.get("versions.torch", "")),
+        "nccl": str(facts.get("versions.nccl", "")),
+    }
+    hits = known_bad.installed_matches(items, installed)
+    facts["versions.known_bad"] = bool(hits)
+    lines = [
+        f"{len(items)} items in {path}; installed: torch {installed['torch'] or '-'}, NCCL {installed['nccl'] or '-'}"
+    ]
+    lines += [f"problem with the list: {p}" for p in problems]
+    notes = []
+    for item in hits:
+        lines.append(
+            f"{item.id}: {item.component} {installed[item.component]} matches {item.versions}; "
+            f"bites when {item.when}; {item.symptom}; fix: {item.fix} ({item.entry}, {item.reference})"
+        )
+        notes.append(
+            f"{item.component} {installed[item.component]} is known-bad when {item.when} ({item.entry})"
+        )
+    if not hits:
+        lines.append("no installed version is listed")
+    return notes, evidence("known-bad versions (knowledge/known_bad_versions.yaml)", "\n".join(lines))
+
+
 def methods_evidence(facts: dict[str, object], how: dict[str, str]) -> Evidence:
+    """Evidence saying how each version fact was read."""
     lines = [
         f"{name} = {facts[name]!r}: {how[name]}" if name in facts else f"{name}: {how[name]}" for name in how
     ]
@@ -191,6 +254,8 @@ def probe(options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
     """The versions probe."""
     facts: dict[str, object] = {"versions.python": platform.python_version()}
     proof: list[Evidence] = []
+    system = platform_name(sys.platform, kernel_release() if sys.platform.startswith("linux") else "")
+    facts["versions.platform"] = system
     others = {
         name: package_version(name) for name in ("accelerate", "deepspeed", "transformers", "nvidia-ml-py")
     }
@@ -221,6 +286,15 @@ def probe(options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
     status: Status = "ok"
     if not reading.unanswered:
         facts.update(reading.values)
+        vfile, _ = read_version_file(location / "version.py")
+        built, why_built = nccl_built(system, vfile.get("cuda") or "", vfile.get("hip") or "")
+        facts["versions.nccl_built"] = built
+        how["versions.nccl_built"] = f"{why_built} ({NOT_IMPORTED})"
+        if vfile.get("cuda"):
+            archs, where = cuda_arch_list(location)
+            if archs is not None:
+                facts["versions.cuda_archs"] = archs
+            how["versions.cuda_archs"] = where
         proof += [methods_evidence(facts, how), *reading.proof]
     else:
         why = "; ".join(reading.unanswered)
@@ -245,6 +319,10 @@ def probe(options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
                 flagged=("versions.torch_available",),
             )
         facts["versions.torch_available"] = True
+        facts["versions.nccl_built"] = bool(data.get("nccl_backend"))
+        arch_list = data.get("arch_list")
+        if isinstance(arch_list, list) and arch_list:
+            facts["versions.cuda_archs"] = [str(a) for a in arch_list]
         facts["versions.torch"] = str(data.get("torch", ""))
         facts["versions.cuda"] = str(data.get("cuda", ""))
         if data.get("nccl"):
@@ -253,6 +331,8 @@ def probe(options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
         how["versions.torch_available"] = f"{child}: imported"
         how["versions.torch"] = f"{child}: torch.__version__"
         how["versions.cuda"] = f"{child}: torch.version.cuda"
+        how["versions.nccl_built"] = f"{child}: torch.distributed.is_nccl_available()"
+        how["versions.cuda_archs"] = f"{child}: torch.cuda.get_arch_list()"
         how["versions.nccl"] = f"{child}: torch.cuda.nccl.version()" + (
             "" if data.get("nccl") else f" gave nothing ({data.get('nccl_error') or 'a CPU build'})"
         )
@@ -265,6 +345,15 @@ def probe(options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
             notes.append("CUDA build without the NCCL backend")
         proof += [methods_evidence(facts, how), child_proof, *reading.proof]
 
+    bad_notes, bad_proof = check_known_bad(facts)
+    proof.append(bad_proof)
+    flagged: tuple[str, ...] = ()
+    if bad_notes:
+        status = "warn"
+        notes = [*bad_notes, *notes]
+        flagged = ("versions.known_bad",)
+    if facts.get("versions.nccl_built") is False and system in ("windows", "darwin"):
+        notes.append(f"{system}: gloo only, backend='nccl' cannot work here (E2)")
     summary = f"python {facts['versions.python']}, torch {facts['versions.torch']}"
     summary += f", CUDA {facts['versions.cuda']}" if facts["versions.cuda"] else " (CPU build)"
     if "versions.nccl" in facts:
@@ -274,4 +363,4 @@ def probe(options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
             summary += f", {name} {others[name]}"
     if notes:
         summary += "; " + "; ".join(notes)
-    return ProbeResult(NAME, status, facts, tuple(proof), summary=summary)
+    return ProbeResult(NAME, status, facts, tuple(proof), summary=summary, flagged=flagged)

@@ -20,6 +20,9 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 MINIMAL_KB = FIXTURES / "kb" / "minimal"
 FAILING_KB = FIXTURES / "kb" / "failing"
 WALK_KB = FIXTURES / "kb" / "walk"  # a small graph with every node type, for walks and the TUI
+SITE_KB = (
+    FIXTURES / "kb" / "site"
+)  # entries whose Markdown exercises the docs site (see fixtures/kb/README.md)
 
 
 @pytest.fixture(scope="session")

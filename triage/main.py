@@ -95,6 +95,7 @@ class _RawEpilogFormatter(_Formatter):
 
 
 def build_parser(modules: dict[str, ModuleType]) -> argparse.ArgumentParser:
+    """The `triage` parser with a subcommand per command module."""
     parser = argparse.ArgumentParser(
         prog="triage",
         formatter_class=_RawEpilogFormatter,
@@ -173,6 +174,7 @@ class _PipeSafeStdout:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse the command line, run the command, and turn errors into exit codes."""
     debug = bool(os.environ.get("TRIAGE_DEBUG"))
     install_signal_handlers()  # SIGTERM unwinds like Ctrl-C, so no child is left behind
     if not isinstance(sys.stdout, _PipeSafeStdout) and sys.stdout is not None:

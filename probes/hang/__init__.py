@@ -13,7 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from probes.hang.discover import LOCAL_WORLD_VARS, WORLD_VARS, Proc, find_ranks
+from probes.hang.discover import LOCAL_WORLD_VARS, WORLD_VARS, Proc, all_procs, find_ranks, launcher_of
 from probes.hang.pyspy import StackUnreadable, missing_message, pyspy_binary, sample
 from probes.hang.sources import Sources
 from triage.core.hang.stacks import RankSample
@@ -60,8 +60,9 @@ def collect(
 
     The ranks are read a few at a time (twice the cores, at least 4, at most 16), all within twice
     `timeout_s`: a rank not reached by then is reported as not read."""
+    procs = all_procs()
     try:
-        ranks = find_ranks(pids)
+        ranks = find_ranks(pids, procs)
     except (LookupError, PermissionError) as exc:
         raise NoJob(str(exc)) from None
     if not ranks:
@@ -87,6 +88,9 @@ def collect(
             + "; choose one with --pid"
         )
         ranks = chosen
+    launchers = {id(p): p for p in (launcher_of(r, procs) for r in ranks) if p is not None}
+    for launcher in sorted(launchers.values(), key=lambda p: p.pid):
+        notes.append(f"launched by {launcher.launcher} (PID {launcher.pid})")
     host = socket.gethostname()
     if pyspy_binary() is None:
         return [replace(_identity(p, host), error=missing_message()) for p in ranks], notes, ranks

@@ -125,4 +125,5 @@ def read_server(url: str, timeout_s: float, sources: Sources) -> DebugRead:
 
 
 def is_loopback(url: str) -> bool:
+    """Whether the URL names this machine (only loopback servers are contacted unasked)."""
     return _host(url) in LOOPBACK

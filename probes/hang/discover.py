@@ -13,14 +13,8 @@ from dataclasses import dataclass
 
 from probes import launchers
 
-LAUNCHER_MARKS = (
-    "torchrun",
-    "torch.distributed.run",
-    "torch.distributed.launch",
-    "accelerate",
-    "deepspeed",
-    "srun",
-)
+# triage's own processes that carry RANK: itself under a test, and the dist probe's mini-test ranks.
+OWN_PROCESS_VARS = ("TRIAGE_HANG_SELF", "TRIAGE_DIST_CHILD")
 RANK_VARS = launchers.RANK
 LOCAL_RANK_VARS = launchers.LOCAL_RANK
 WORLD_VARS = launchers.WORLD_SIZE
@@ -29,6 +23,8 @@ LOCAL_WORLD_VARS = launchers.LOCAL_WORLD_SIZE
 
 @dataclass(frozen=True)
 class Proc:
+    """A process read from /proc: its parent, command line and environment."""
+
     pid: int
     ppid: int
     argv: tuple[str, ...]
@@ -51,8 +47,34 @@ class Proc:
         return bool(self.argv) and "python" in os.path.basename(self.argv[0])
 
     @property
-    def is_launcher(self) -> bool:
-        return any(mark in arg for arg in self.argv[:3] for mark in LAUNCHER_MARKS)
+    def launcher(self) -> str | None:
+        """Which launcher this process is, from its command line, or None."""
+        return launcher_name(self.argv)
+
+
+# (name, the module a `python -m` runs, the command's own name): how each launcher shows in argv.
+_LAUNCHERS = (
+    ("torchrun", ("torch.distributed.run", "torch.distributed.launch"), ("torchrun",)),
+    ("accelerate launch", ("accelerate.commands.launch", "accelerate.commands.accelerate_cli"), ()),
+    ("deepspeed", ("deepspeed.launcher.launch", "deepspeed.launcher.runner"), ("deepspeed", "ds")),
+    ("srun", (), ("srun", "slurmstepd")),
+    ("mpirun", (), ("mpirun", "mpiexec", "orterun", "prterun")),
+)
+
+
+def launcher_name(argv: tuple[str, ...]) -> str | None:
+    """The launcher an argv belongs to: `torchrun ...`, `python -m torch.distributed.run ...`,
+    `accelerate launch ...`, `deepspeed train.py`, `python -m deepspeed.launcher.launch ...`, `srun`."""
+    words = [os.path.basename(a) for a in argv[:3]]
+    # `python /venv/bin/torchrun ...`: the script a python runs counts as the command
+    command = words[1] if len(words) > 1 and words[0].startswith("python") else (words[0] if words else "")
+    modules = [argv[i + 1] for i, a in enumerate(argv[:4]) if a == "-m" and i + 1 < len(argv)]
+    if command == "accelerate" and "launch" in argv[1:4]:
+        return "accelerate launch"
+    for name, launcher_modules, commands in _LAUNCHERS:
+        if command in commands or any(m in launcher_modules for m in modules):
+            return name
+    return None
 
 
 def _read(path: str) -> bytes | None:
@@ -104,6 +126,7 @@ def started_at(pid: int) -> float | None:
 
 
 def all_procs() -> dict[int, Proc]:
+    """Every process this user may read, by pid (this process excluded)."""
     procs = {}
     me = os.getpid()
     for entry in os.listdir("/proc"):
@@ -117,7 +140,7 @@ def all_procs() -> dict[int, Proc]:
 def _is_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
     if not proc.is_python or (proc.rank is None and proc.local_rank is None):
         return False
-    if "TRIAGE_HANG_SELF" in proc.env:
+    if any(mark in proc.env for mark in OWN_PROCESS_VARS):
         return False
     parent = procs.get(proc.ppid)
     return not (
@@ -128,7 +151,20 @@ def _is_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
     )
 
 
+def launcher_of(proc: Proc, procs: dict[int, Proc]) -> Proc | None:
+    """The nearest ancestor of `proc` that is a launcher (torchrun's agent, accelerate, deepspeed, srun)."""
+    seen: set[int] = set()
+    parent = procs.get(proc.ppid)
+    while parent is not None and parent.pid not in seen and len(seen) < 64:
+        if parent.launcher:
+            return parent
+        seen.add(parent.pid)
+        parent = procs.get(parent.ppid)
+    return None
+
+
 def descendants(root: int, procs: dict[int, Proc]) -> list[Proc]:
+    """The processes below `root` in the process tree, parents first."""
     children: dict[int, list[Proc]] = {}
     for proc in procs.values():
         children.setdefault(proc.ppid, []).append(proc)
@@ -140,9 +176,9 @@ def descendants(root: int, procs: dict[int, Proc]) -> list[Proc]:
     return found
 
 
-def find_ranks(pids: list[int] | None = None) -> list[Proc]:
+def find_ranks(pids: list[int] | None = None, procs: dict[int, Proc] | None = None) -> list[Proc]:
     """Rank processes: those of the PIDs given (a launcher's PID stands for its ranks), else all."""
-    procs = all_procs()
+    procs = all_procs() if procs is None else procs
     if pids:
         chosen: dict[int, Proc] = {}
         for pid in pids:

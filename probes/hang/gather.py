@@ -24,6 +24,7 @@ from probes.hang.discover import Proc
 from probes.hang.flight_recorder import DumpUnreadable, files_in, files_of_job, read_records
 from probes.hang.ncclras import RasAbsent, address_of, is_local, read_twice
 from probes.hang.sources import Sources
+from triage.core.hang.analyse import HangPicture, analyse, with_ras
 from triage.core.hang.recorded import RankRecord
 from triage.core.hang.stacks import RankSample
 
@@ -32,8 +33,15 @@ class HangInputError(Exception):
     """Something the user named (a folder, an address) cannot be read; one line says what."""
 
 
+class StacksUnreadable(Exception):
+    """No rank's stack can be read and the job recorded nothing to fall back on; the message is the
+    reason for the first rank, with what to change."""
+
+
 @dataclass(frozen=True)
 class HangOptions:
+    """What `triage hang` was asked to look at, and how long it may take."""
+
     pids: tuple[int, ...] = ()
     timeout_s: float = 5.0
     fr_dir: str | None = None  # Flight Recorder dumps, one file per rank
@@ -45,6 +53,8 @@ class HangOptions:
 
 @dataclass
 class Gathered:
+    """Everything read from a hung job: stacks, flight-recorder records, NCCL RAS lines."""
+
     samples: list[RankSample] = field(default_factory=list)
     records: list[RankRecord] = field(default_factory=list)
     ras_lines: tuple[str, ...] = ()
@@ -163,3 +173,20 @@ def gather(options: HangOptions) -> Gathered:
             raise no_job
         gathered.notes.insert(0, f"no process of the job read here ({no_job}): using what the job recorded")
     return gathered
+
+
+def live_picture(options: HangOptions) -> tuple[HangPicture, int]:
+    """The picture of the job running here, and how many rank slots this node has (for merge).
+    Raises NoJob, HangInputError or StacksUnreadable, each with one line saying why."""
+    found = gather(options)
+    samples, notes = found.samples, list(found.notes)
+    unreadable = [s for s in samples if s.error and not s.gone]
+    if unreadable and len(unreadable) == len(samples) and not found.records and not found.ras_lines:
+        raise StacksUnreadable(unreadable[0].error)
+    if unreadable and found.records:
+        notes.append(f"{unreadable[0].error}; those ranks are read from the job's Flight Recorder instead")
+    picture = with_ras(analyse(samples, found.records), found.ras_lines, found.ras_suspects)
+    slots = sum(n or 0 for n in {s.host: s.local_world_size for s in samples}.values())
+    if notes:
+        picture = replace(picture, notes=(*notes, *picture.notes))
+    return picture, slots

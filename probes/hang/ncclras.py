@@ -38,6 +38,7 @@ def address_of(procs: Iterable[Proc]) -> tuple[str, int]:
 
 
 def is_local(host: str) -> bool:
+    """Whether `host` is this machine (the RAS port is only queried locally)."""
     return host in LOOPBACK_HOSTS
 
 

@@ -25,6 +25,8 @@ class StackUnreadable(Exception):
 
 @dataclass(frozen=True)
 class Dump:
+    """One process's stack as py-spy printed it, and whether it was running."""
+
     frames: tuple[Frame, ...]
     active: bool
 
@@ -33,6 +35,7 @@ OVERRIDE_VAR = "TRIAGE_PY_SPY"  # a py-spy to use instead of the one beside pyth
 
 
 def pyspy_binary() -> str | None:
+    """The py-spy executable to use, or None when there is none."""
     override = os.environ.get(OVERRIDE_VAR)
     if override:
         return override if os.access(override, os.X_OK) else None
@@ -57,6 +60,7 @@ def _ptrace_scope() -> str:
 
 
 def permission_hint(pid: int) -> str:
+    """Why py-spy may not attach to `pid`, and what to do about it."""
     scope = _ptrace_scope()
     why = f"kernel.yama.ptrace_scope is {scope}" if scope and scope != "0" else "ptrace is not permitted"
     return (
@@ -74,6 +78,7 @@ def _main_thread(threads: list[dict[str, object]], pid: int) -> dict[str, object
 
 
 def dump(pid: int, timeout_s: float, nonblocking: bool = True) -> Dump:
+    """The stack of `pid` by py-spy, bounded by `timeout_s`; raises StackUnreadable."""
     binary = pyspy_binary()
     if binary is None:
         raise StackUnreadable(missing_message())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -12,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import FIXTURES as ALL_FIXTURES
 from tests.conftest import REPO
+
+FIXTURES = ALL_FIXTURES / "hang"
 
 
 def _triage(*args: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -81,3 +85,59 @@ def test_merge_refuses_a_file_that_is_not_its_json(tmp_path: Path) -> None:
 def test_bad_timeouts_are_refused() -> None:
     for value in ("nan", "inf", "0", "-1"):
         assert "--timeout" in _one_line_error(_triage("--timeout", value, "--pid", "1"))
+
+
+NOWHERE = "999999999"  # no such process: the picture comes from what the job recorded alone
+
+
+def test_folders_and_addresses_given_that_cannot_be_read_are_refused(tmp_path: Path) -> None:
+    assert (
+        "no such file" in _one_line_error(_triage("--pid", NOWHERE, "--fr-dir", str(tmp_path / "no"))).lower()
+    )
+    assert "no Flight Recorder dumps" in _one_line_error(_triage("--pid", NOWHERE, "--fr-dir", str(tmp_path)))
+    (tmp_path / "rank_0").write_bytes(b"\x80\x04garbage")
+    assert "rank_0: not a Flight Recorder dump" in _one_line_error(_triage("--fr-dir", str(tmp_path)))
+    assert "no stacks_<time>.txt" in _one_line_error(_triage("--pid", NOWHERE, "--debug-dir", str(tmp_path)))
+    with socket.create_server(("127.0.0.1", 0)) as holder:
+        port = holder.getsockname()[1]
+    line = _one_line_error(_triage("--pid", NOWHERE, "--debug-url", f"http://127.0.0.1:{port}"))
+    assert f"127.0.0.1:{port}/stacks" in line and "refused" in line
+    assert "NCCL RAS is not answering" in _one_line_error(
+        _triage("--pid", NOWHERE, "--ras", f"127.0.0.1:{port}")
+    )
+    assert "HOST:PORT" in _one_line_error(_triage("--pid", NOWHERE, "--ras", "localhost"))
+
+
+def test_flight_recorder_dumps_alone_name_the_entry(tmp_path: Path) -> None:
+    # The real dumps of the D21 reproduction, their frames pointed at this checkout's script.
+    from probes.hang.flight_recorder import load_dump
+
+    for rank in (0, 1):
+        dump = load_dump(FIXTURES / "fr_d21" / f"rank_{rank}")
+        assert isinstance(dump, dict)
+        for entry in dump["entries"]:
+            for frame in entry.get("frames", []):
+                if frame["filename"].endswith("hang_rank0_barrier.py"):
+                    frame["filename"] = str(REPO / "triage" / "repro" / "scripts" / "hang_rank0_barrier.py")
+        (tmp_path / f"rank_{rank}").write_text(json.dumps(dump))
+    done = _triage("--json", "--pid", NOWHERE, "--fr-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["diagnoses"][0]["id"] == "D21" and data["suspect_ranks"] == [0]
+    zero = data["ranks"][0]
+    assert (zero["rank"], zero["collective"], zero["user_frame"]["line"]) == (0, "barrier", 24)
+    assert any("using what the job recorded" in n for n in data["notes"])
+
+
+def test_nccl_ras_alone_names_the_lagging_ranks() -> None:
+    from tests.probes.test_hang_ncclras import RAS, RasServer
+
+    server = RasServer([(RAS / "docs_mismatch.txt").read_text()], json=False)
+    try:
+        done = _triage("--pid", NOWHERE, "--ras", f"127.0.0.1:{server.port}")
+    finally:
+        server.close()
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Verdict: NCCL RAS: ranks 0, 2, 3, 4, 5, 7 launched fewer operations")
+    assert any(line.startswith("Diagnosis: MN3") for line in lines)

@@ -16,7 +16,7 @@ import pytest
 from tests.faults.processes import Run, marked, start, threads, wait_until
 from tests.faults.terminal import Terminal
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")]
 
 HANG = {"TRIAGE_DIST_FAULT": "1:sleep@barrier"}  # rank 1 sleeps at the barrier: a real hang
 WALK_TO_DIST = b"2\n1\n3\n"  # hangs at start-up > one machine > launched with torchrun: the mini-test

@@ -97,3 +97,36 @@ def test_show_d9_is_a_complete_answer(run_cli: Callable[..., CliResult]) -> None
         "generic_join",
     ):
         assert part in out, part
+
+
+def test_new_entries_cite_real_lines_for_every_signature(kb: KnowledgeBase) -> None:
+    """E1-E19 and X6 were written with real output for each signature (kb check matches them)."""
+    for entry in kb.entries.values():
+        if entry.id.startswith("E") or entry.id == "X6":
+            for signature in entry.signatures:
+                assert signature.examples, (entry.id, signature.pattern)
+            assert len(entry.symptoms) >= 8, entry.id
+
+
+def test_umbrella_nccl_errors_defer_to_their_last_error_line(kb: KnowledgeBase) -> None:
+    """ "unhandled system error" names no cause: its signatures are low-weight echoes, and the line
+    after "Last error:" is matched by the entry of the real cause."""
+    import re
+
+    umbrella = "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:268, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5"
+    last_error = {
+        "Error while creating shared memory segment /dev/shm/nccl-1YsMbG (size 7340384)": "E3",
+        "misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory": "E18",
+    }
+    for entry in kb.entries.values():
+        for signature in entry.signatures:
+            if re.search(signature.pattern, umbrella, re.IGNORECASE):
+                assert signature.echo and signature.weight < 0.5, (entry.id, signature.pattern)
+    for line, expected in last_error.items():
+        best = max(
+            (s.weight, e.id)
+            for e in kb.entries.values()
+            for s in e.signatures
+            if not s.echo and re.search(s.pattern, line, re.IGNORECASE)
+        )
+        assert best[1] == expected, line

@@ -28,14 +28,25 @@ class FakeGpu:
     nvlinks: int | None = 18  # None: a PCIe GPU, NVML answers NOT_SUPPORTED
     switch: bool = True
     fabric_state: int | None = real.NVML_GPU_FABRIC_STATE_COMPLETED  # None: pre-Hopper, not supported
+    capability: tuple[int, int] = (9, 0)
+    ecc_uncorrected: int | None = 0  # None: ECC not supported (GeForce), NVML answers NOT_SUPPORTED
+    retired_pending: bool | None = False
+    remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # corrected, uncorrected, pending, failed
 
 
 def make_nvml(
-    gpus: list[FakeGpu], *, init_error: int | None = None, driver: str = "550.54.15"
+    gpus: list[FakeGpu],
+    *,
+    init_error: int | None = None,
+    driver: str = "550.54.15",
+    p2p: dict[tuple[int, int], int] | None = None,
+    xids: list[tuple[int, int]] | None = None,
 ) -> types.ModuleType:
     module = types.ModuleType("pynvml")
     for name in dir(real):  # constants, structs, error classes
-        if name.startswith(("NVML_", "c_nvml", "nvmlMemory_v", "NVMLError")) or name.endswith("_t"):
+        if name.startswith(
+            ("NVML_", "c_nvml", "nvmlMemory_v", "NVMLError", "nvmlEventType")
+        ) or name.endswith("_t"):
             setattr(module, name, getattr(real, name))
     module.nvmlFriendlyObject = real.nvmlFriendlyObject
     state = {"initialised": 0}
@@ -120,6 +131,36 @@ def make_nvml(
         info.state, info.status = gpu.fabric_state, real.NVML_SUCCESS
         return real.NVML_SUCCESS
 
+    def supported(value: object) -> object:
+        if value is None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return value
+
+    def nvmlDeviceGetP2PStatus(h1: object, h2: object, index: object) -> int:
+        first, second = (next(i for i, g in enumerate(gpus) if g is handle(h)) for h in (h1, h2))
+        assert index == 0, "the read capability index, passed as the int NVML expects"
+        return (p2p or {}).get((min(first, second), max(first, second)), real.NVML_P2P_STATUS_OK)
+
+    events: dict[str, object] = {"registered": [], "pending": list(xids or [])}
+
+    def nvmlEventSetCreate() -> object:
+        check()
+        return events
+
+    def nvmlDeviceRegisterEvents(h: object, types_: int, event_set: object) -> None:
+        assert types_ == real.nvmlEventTypeXidCriticalError and event_set is events
+        events["registered"].append(handle(h))  # type: ignore[attr-defined]
+
+    def nvmlEventSetWait_v2(event_set: object, timeout_ms: int) -> object:
+        pending = events["pending"]
+        assert isinstance(pending, list)
+        if not pending:
+            raise real.NVMLError(real.NVML_ERROR_TIMEOUT)
+        index, xid = pending.pop(0)
+        data = real.c_nvmlEventData_t()
+        data.eventType, data.eventData = real.nvmlEventTypeXidCriticalError, xid
+        return types.SimpleNamespace(device=gpus[index], eventData=data.eventData)
+
     functions = {
         "nvmlInit": nvmlInit,
         "nvmlShutdown": nvmlShutdown,
@@ -137,6 +178,16 @@ def make_nvml(
         "nvmlDeviceGetNvLinkState": nvmlDeviceGetNvLinkState,
         "nvmlDeviceGetNvLinkRemoteDeviceType": nvmlDeviceGetNvLinkRemoteDeviceType,
         "nvmlDeviceGetGpuFabricInfoV": nvmlDeviceGetGpuFabricInfoV,
+        "nvmlDeviceGetCudaComputeCapability": lambda h: handle(h).capability,
+        "nvmlDeviceGetTotalEccErrors": lambda h, kind, counter: supported(handle(h).ecc_uncorrected),
+        "nvmlDeviceGetRetiredPagesPendingStatus": lambda h: int(bool(supported(handle(h).retired_pending))),
+        "nvmlDeviceGetRemappedRows": lambda h: supported(handle(h).remapped_rows),
+        "nvmlDeviceGetP2PStatus": nvmlDeviceGetP2PStatus,
+        "nvmlEventSetCreate": nvmlEventSetCreate,
+        "nvmlDeviceRegisterEvents": nvmlDeviceRegisterEvents,
+        "nvmlEventSetWait_v2": nvmlEventSetWait_v2,
+        "nvmlEventSetFree": lambda event_set: None,
+        "nvmlDeviceGetIndex": lambda h: next(i for i, g in enumerate(gpus) if g is handle(h)),
     }
     for name, function in functions.items():
         setattr(module, name, function)

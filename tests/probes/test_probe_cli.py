@@ -95,7 +95,7 @@ def test_failing_probe_exits_5_and_points_at_the_entry(tmp_path: Path) -> None:
     [
         (
             ["probe", "nope"],
-            "triage: error: unknown probe 'nope'; the probes are: env, gpu, net, versions, configs, dist, lint",
+            "triage: error: unknown probe 'nope'; the probes are: env, gpu, net, versions, configs, dist, lint, hang",
         ),
         (
             ["probe", "env", "--timeout", "0"],

@@ -107,7 +107,7 @@ def test_one_process_on_a_multi_gpu_box(tmp_path: Path, processes: int, gpus: in
         (b'{"fp16": {"enabled": true},\n "zero_optimization": }', "is not valid JSON: line 2"),
         (b"\xff\xfe\x00garbage", "is not UTF-8 text"),
         (b"[1, 2]", "holds a list, not a DeepSpeed config mapping"),
-        (b" " * (configs.MAX_BYTES + 1), "too large"),
+        (b" " * (configs.MAX_BYTES + 1), "larger than"),
     ],
     ids=["malformed", "not-utf8", "not-a-mapping", "huge"],
 )
@@ -146,4 +146,6 @@ def test_cli_rejects_a_missing_config_path(tmp_path: Path) -> None:
         env=triage_env(),
     )
     assert result.returncode == 2
-    assert result.stderr == f"triage: error: --deepspeed-config: no such file: {tmp_path / 'nope.json'}\n"
+    assert (
+        result.stderr == f"triage: error: --deepspeed-config: no such file: {str(tmp_path / 'nope.json')!r}\n"
+    )

@@ -21,6 +21,8 @@ from probes.dist.report import RankView, differences, facts, format_text, locate
 from tests.probes.helpers import MARKER_ENV, REPO, run_triage, triage_env, wait_gone
 from triage.core.model import KnowledgeBase
 
+pytestmark = pytest.mark.slow  # starts torch processes
+
 HANG_TIMEOUT_S = 3.0
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.env import detect_launcher, inspect_env
+from probes.env import detect_container, detect_launcher, inspect_env, inspect_host
 from tests.probes.helpers import REPO, run_triage, triage_env
 
 TORCHRUN_ENV = {
@@ -145,6 +145,7 @@ with open(os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.json"), "w") as f
 """
 
 
+@pytest.mark.slow  # starts torch processes
 def test_under_real_torchrun(tmp_path: Path) -> None:
     script = tmp_path / "probe_env.py"
     script.write_text(SCRIPT)
@@ -166,3 +167,57 @@ def test_under_real_torchrun(tmp_path: Path) -> None:
         assert facts["env.multi_node"] is False and facts["env.local_rank_set"] is True
         # torchrun turns async error handling on for its workers
         assert facts["env.async_error_handling"] == "on"
+
+
+# --- the host: container and /dev/shm -----------------------------------------------------------------
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("files", "env", "kind"),
+    [
+        ({}, {}, "none"),
+        ({".dockerenv": ""}, {}, "docker"),
+        ({"run/.containerenv": ""}, {}, "podman"),
+        ({".dockerenv": ""}, {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, "kubernetes"),
+        ({"proc/1/cgroup": "0::/kubepods/burstable/pod1/abc\n"}, {}, "kubernetes"),
+        ({"proc/1/cgroup": "12:pids:/docker/3f2a\n"}, {}, "docker"),
+        ({}, {"container": "lxc"}, "lxc"),
+    ],
+)
+def test_container_detection(tmp_path: Path, files: dict[str, str], env: dict[str, str], kind: str) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert detect_container(tmp_path, env)[0] == kind
+
+
+def test_small_dev_shm_in_a_container_is_flagged(tmp_path: Path) -> None:
+    (tmp_path / ".dockerenv").write_text("")
+    (tmp_path / "dev" / "shm").mkdir(parents=True)
+    (tmp_path / "dev" / "shm" / "nccl-1YsMbG").write_text("")
+    host = inspect_host(tmp_path, {}, 64 * MIB)
+    assert host.facts == {"env.container": "docker", "env.shm_mb": 64, "env.shm_small": True}
+    assert host.flagged == ["env.shm_small"]
+    assert host.problems == [
+        "/dev/shm is only 64 MiB inside docker: too small for NCCL's shared memory with several GPUs"
+    ]
+    assert "nccl-* segments present: nccl-1YsMbG" in host.evidence[0].output
+
+
+def test_large_dev_shm_on_a_bare_host(tmp_path: Path) -> None:
+    host = inspect_host(tmp_path, {}, 32 << 30)
+    assert host.facts == {"env.container": "none", "env.shm_mb": 32768, "env.shm_small": False}
+    assert host.problems == [] and host.flagged == []
+
+
+def test_this_machine_reports_container_and_shm() -> None:
+    import threading
+
+    from probes import env
+    from triage.core.facts import ProbeOptions
+
+    result = env.probe(ProbeOptions(), threading.Event())
+    assert result.facts["env.container"] in ("docker", "kubernetes", "podman", "lxc", "other", "none")
+    assert isinstance(result.facts["env.shm_mb"], int) and isinstance(result.facts["env.shm_small"], bool)

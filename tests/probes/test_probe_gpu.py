@@ -151,3 +151,144 @@ def test_nvidia_smi_csv() -> None:
     assert facts["gpu.all_ranks_on_gpu0"] is True
     assert "gpu.zombie_memory" not in facts  # GPU 2 cannot say: the probe does not guess
     assert "gpu.nvswitch" not in facts
+
+
+# --- fit and health: architectures, ranks vs GPUs, P2P over PCIe, ECC and Xid -----------------------
+
+
+def test_new_architecture_missing_from_the_torch_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    blackwell = [FakeGpu(name="NVIDIA GeForce RTX 5090", capability=(12, 0), nvlinks=None, fabric_state=None)]
+    monkeypatch.setattr(
+        gpu, "_torch_archs", lambda: (["sm_50", "sm_60", "sm_70", "sm_80", "sm_86", "sm_90"], "test")
+    )
+    result = run_with(monkeypatch, make_nvml(blackwell))
+    assert result.facts["gpu.compute_capability"] == "sm_120"
+    assert result.facts["gpu.arch_supported"] is False
+    assert "gpu.arch_supported" in result.flagged and result.status == "warn"
+    assert "sm_120" in result.summary and "sm_90" in result.summary
+
+
+def test_a_build_with_the_architecture_or_its_ptx_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu, "_torch_archs", lambda: (["sm_80", "sm_90", "compute_90"], "test"))
+    result = run_with(monkeypatch, make_nvml([FakeGpu(capability=(12, 0)), FakeGpu(capability=(8, 6))]))
+    assert result.facts["gpu.arch_supported"] is True  # compute_90 PTX JITs for sm_120; sm_80 runs on sm_86
+    assert result.facts["gpu.compute_capability"] == "sm_120,sm_86"
+
+
+def test_more_local_processes_than_visible_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    result = run_with(monkeypatch, make_nvml([FakeGpu() for _ in range(4)]))
+    assert result.facts["gpu.ranks_exceed_gpus"] is True
+    assert "gpu.ranks_exceed_gpus" in result.flagged
+    assert "8 local processes but only 2 visible GPU(s)" in result.summary
+
+
+@pytest.mark.parametrize(
+    ("cvd", "count", "visible"),
+    [(None, 4, 4), ("", 4, 0), ("0,1", 4, 2), ("3,7,1", 4, 1), ("GPU-ab12,GPU-cd34", 8, 2)],
+)
+def test_visible_gpus_follow_cuda_semantics(cvd: str | None, count: int, visible: int) -> None:
+    assert gpu.visible_gpus(count, cvd) == visible
+
+
+def test_ecc_errors_and_xid_are_hardware_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    boxes = [FakeGpu(), FakeGpu(ecc_uncorrected=3, remapped_rows=(0, 1, 1, 0)), FakeGpu()]
+    result = run_with(monkeypatch, make_nvml(boxes, xids=[(2, 79)]))
+    assert result.facts["gpu.hardware_errors"] is True
+    assert "gpu.hardware_errors" in result.flagged
+    assert "GPU 1: 3 uncorrectable ECC errors since the driver loaded, row remapping pending a reset" in (
+        result.summary
+    )
+    assert "GPU 2: Xid 79 while the probe watched" in result.summary
+    health = next(e.output for e in result.evidence if e.source.startswith("pynvml: compute capability"))
+    assert "GPU 2 Xid 79" in health
+
+
+def test_healthy_gpus_without_ecc_support(monkeypatch: pytest.MonkeyPatch) -> None:
+    geforce = [FakeGpu(ecc_uncorrected=None, retired_pending=None, remapped_rows=None) for _ in range(2)]
+    result = run_with(monkeypatch, make_nvml(geforce))
+    assert "gpu.hardware_errors" not in result.facts  # NVML cannot say on these GPUs: no guess
+
+
+def _sysfs(root: Path, gpus: dict[str, str], iommu: str | None, acs: int | None) -> Path:
+    """A sysfs tree: each GPU below bridge 0000:00:01.0, an IOMMU group of type `iommu`, and the
+    bridge's config space with an ACS capability whose control register is `acs` (None: only the
+    64 bytes an unprivileged read returns)."""
+    sysfs = root / "sys"
+    bridge = sysfs / "devices" / "pci0000:00" / "0000:00:01.0"
+    config = bytearray(64 if acs is None else 4096)
+    if acs is not None:
+        config[0x100:0x104] = (0x000D | (1 << 16)).to_bytes(4, "little")  # ACS, version 1, last capability
+        config[0x106:0x108] = acs.to_bytes(2, "little")
+    bridge.mkdir(parents=True)
+    (bridge / "config").write_bytes(bytes(config))
+    links = sysfs / "bus" / "pci" / "devices"
+    links.mkdir(parents=True)
+    (links / "0000:00:01.0").symlink_to(bridge)
+    for group, bdf in enumerate(gpus):
+        device = bridge / bdf
+        device.mkdir()
+        (links / bdf).symlink_to(device)
+        if iommu is not None:
+            group_dir = sysfs / "kernel" / "iommu_groups" / str(group)
+            group_dir.mkdir(parents=True)
+            (group_dir / "type").write_text(iommu + "\n")
+            (device / "iommu_group").symlink_to(group_dir)
+    return sysfs
+
+
+def test_pcie_peer_to_peer_behind_a_translating_iommu_is_a_risk(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    bdfs = {"0000:18:00.0": "", "0000:28:00.0": ""}  # the fake's bus ids for GPU 0 and 1
+    monkeypatch.setattr(gpu, "SYS_ROOT", _sysfs(tmp_path, bdfs, "DMA-FQ", acs=None))
+    result = run_with(monkeypatch, make_nvml([FakeGpu(nvlinks=None, switch=False) for _ in range(2)]))
+    assert result.facts["gpu.p2p_status"] == "ok"
+    assert result.facts["gpu.iommu"] == "on"
+    assert result.facts["gpu.pcie_p2p_risk"] is True and "gpu.pcie_p2p_risk" in result.flagged
+    assert "the IOMMU translates the GPUs' DMA" in result.summary
+    listing = next(e.output for e in result.evidence if e.source.startswith("fit and health"))
+    assert "0000:00:01.0: ACS unknown (extended config space not readable without root)" in listing
+
+
+def test_acs_redirect_on_the_bridge_is_a_risk_with_the_iommu_in_passthrough(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    bdfs = {"0000:18:00.0": "", "0000:28:00.0": ""}
+    monkeypatch.setattr(gpu, "SYS_ROOT", _sysfs(tmp_path, bdfs, "identity", acs=0x001D))
+    result = run_with(monkeypatch, make_nvml([FakeGpu(nvlinks=None, switch=False) for _ in range(2)]))
+    assert result.facts["gpu.iommu"] == "passthrough"
+    assert result.facts["gpu.pcie_p2p_risk"] is True
+    listing = next(e.output for e in result.evidence if e.source.startswith("fit and health"))
+    assert "ACSCtl SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+" in listing
+
+
+def test_no_risk_on_nvswitch_or_when_p2p_is_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    bdfs = {"0000:18:00.0": "", "0000:28:00.0": ""}
+    monkeypatch.setattr(gpu, "SYS_ROOT", _sysfs(tmp_path, bdfs, "DMA", acs=0))
+    nvswitch = run_with(monkeypatch, make_nvml([FakeGpu(), FakeGpu()]))
+    assert nvswitch.facts["gpu.pcie_p2p_risk"] is False
+    geforce = run_with(
+        monkeypatch,
+        make_nvml(
+            [FakeGpu(nvlinks=None, switch=False) for _ in range(2)],
+            p2p={(0, 1): pynvml.NVML_P2P_STATUS_GPU_NOT_SUPPORTED},
+        ),
+    )
+    assert geforce.facts["gpu.p2p_status"] == "blocked"
+    assert geforce.facts["gpu.pcie_p2p_risk"] is False  # NCCL will not use P2P there: no hang from it
+
+
+def test_acs_capability_parsing() -> None:
+    from probes import pcie
+
+    assert pcie.acs_control(b"\0" * 64) is None  # unprivileged read: the extended space is cut off
+    config = bytearray(4096)
+    config[0x100:0x104] = (0x0001 | (1 << 16) | (0x140 << 20)).to_bytes(4, "little")  # AER, next 0x140
+    config[0x140:0x144] = (0x000D | (1 << 16)).to_bytes(4, "little")  # ACS, last
+    config[0x146:0x148] = (0x0004).to_bytes(2, "little")
+    assert pcie.acs_control(bytes(config)) == 0x0004
+    assert pcie.acs_control(bytes(4096)) == 0  # no extended capabilities at all
+    assert pcie.nvml_bus_id_to_bdf("00000000:18:00.0") == "0000:18:00.0"
+    assert pcie.nvml_bus_id_to_bdf("not a bus id") is None

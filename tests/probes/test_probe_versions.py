@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from probes.torch_files import find_torch
+from probes import known_bad, versions
+from probes.torch_files import arch_supports, cuda_arch_list, find_torch
 from tests.probes.helpers import REPO, run_triage, triage_env
 
 AUDIT = r"""
@@ -113,6 +114,7 @@ def dist_info(site: Path, name: str, version: str, *requires: str) -> None:
     (folder / "METADATA").write_text("\n".join(headers) + "\n\n", encoding="utf-8")
 
 
+@pytest.mark.slow  # imports torch in a child process
 def test_this_machines_torch_read_from_files_matches_import_torch() -> None:
     truth = real_torch()
     probe, did = audited("probe", "versions")
@@ -169,6 +171,7 @@ def test_cuda_wheel_nccl_is_the_pip_distribution_torch_requires(
     assert did == {"writes": [], "processes": [], "torch_imported": False, "exit": 0}
 
 
+@pytest.mark.slow  # imports torch in a child process
 def test_cuda_build_without_pip_nccl_falls_back_to_importing_torch_in_a_child(shadow: Any) -> None:
     site = shadow("12.4")  # no dist-info: a source or conda build, whose NCCL no metadata names
     probe, did = audited("probe", "versions", site=site)
@@ -216,3 +219,121 @@ def test_no_torch_at_all_is_unavailable() -> None:
     status, facts, summary = json.loads(done.stdout)
     assert status == "unavailable" and facts["versions.torch_available"] is False
     assert "versions.torch" not in facts and "torch is not installed" in summary
+
+
+# --- platform, NCCL in the build, CUDA architectures, known-bad versions --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("system", "release", "name"),
+    [
+        ("linux", "6.8.0-49-generic", "linux"),
+        ("linux", "5.15.153.1-microsoft-standard-WSL2", "wsl"),
+        ("win32", "", "windows"),
+        ("darwin", "", "darwin"),
+        ("freebsd14", "", "other"),
+    ],
+)
+def test_platform_name(system: str, release: str, name: str) -> None:
+    assert versions.platform_name(system, release) == name
+
+
+@pytest.mark.parametrize(
+    ("system", "cuda", "hip", "built"),
+    [
+        ("linux", "12.4", "", True),
+        ("linux", "", "", False),
+        ("linux", "", "6.2", True),
+        ("windows", "12.4", "", False),
+    ],
+)
+def test_nccl_built_from_the_build(system: str, cuda: str, hip: str, built: bool) -> None:
+    assert versions.nccl_built(system, cuda, hip)[0] is built
+
+
+def test_arch_list_read_from_the_bindings_library(tmp_path: Path) -> None:
+    (tmp_path / "lib").mkdir()
+    blob = b"\0junk sm_12 \0" + b"sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90 compute_90\0more"
+    (tmp_path / "lib" / "libtorch_python.so").write_bytes(blob)
+    archs, where = cuda_arch_list(tmp_path)
+    assert archs == ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "compute_90"]
+    assert "libtorch_python.so" in where and "not imported" in where
+    (tmp_path / "lib" / "libtorch_python.so").write_bytes(b"\0no list here\0")
+    assert cuda_arch_list(tmp_path)[0] is None
+
+
+@pytest.mark.parametrize(
+    ("archs", "capability", "ok"),
+    [
+        (["sm_80", "sm_90"], (12, 0), False),  # an RTX 5090 on a wheel built before Blackwell
+        (["sm_80", "sm_90", "sm_100", "sm_120"], (12, 0), True),
+        (["sm_80"], (8, 6), True),  # same major, older minor: the cubin runs
+        (["sm_86"], (8, 0), False),  # a newer minor does not run on an older GPU
+        (["sm_80", "compute_90"], (12, 0), True),  # PTX is compiled for newer GPUs by the driver
+    ],
+)
+def test_arch_support_follows_cuda_rules(archs: list[str], capability: tuple[int, int], ok: bool) -> None:
+    assert arch_supports(archs, capability) is ok
+
+
+@pytest.mark.parametrize(
+    ("version", "spec", "hit"),
+    [
+        ("2.7.0+cu126", "==2.7.0", True),
+        ("2.7.1", "==2.7.0", False),
+        ("2.14.3", ">=2.13,<2.15", True),
+        ("2.13", ">=2.13,<2.15", True),
+        ("2.15.5", ">=2.13,<2.15", False),
+        ("2.14.3", "==2.14.*", True),
+        ("2.21.5", "!=2.21.5", False),
+        ("", "==2.7.0", False),
+    ],
+)
+def test_version_specifiers(version: str, spec: str, hit: bool) -> None:
+    assert known_bad.matches(version, spec) is hit
+
+
+def test_the_shipped_known_bad_list_is_valid_and_cites_its_entries(kb: Any) -> None:
+    items, problems, path = known_bad.load()
+    assert problems == [] and path.name == "known_bad_versions.yaml"
+    assert {i.id for i in items} >= {
+        "torch-2.7.0-device-id-nonblocking-hang",
+        "nccl-2.13-2.14-cuda-launch-blocking-hang",
+    }
+    for item in items:
+        assert item.entry in kb.entries, item.id
+        assert item.reference.startswith("https://github.com/"), item.id
+    torch_270 = known_bad.installed_matches(items, {"torch": "2.7.0+cu128", "nccl": "2.26.2"})
+    assert [i.id for i in torch_270] == ["torch-2.7.0-device-id-nonblocking-hang"]
+    assert (
+        known_bad.installed_matches(items, {"torch": "1.13.1+cu117", "nccl": "2.14.3"})[0].component == "nccl"
+    )
+    assert known_bad.installed_matches(items, {"torch": "2.13.0+cpu", "nccl": ""}) == []
+
+
+def test_a_broken_list_is_reported_not_fatal(tmp_path: Path) -> None:
+    (tmp_path / "known_bad_versions.yaml").write_text("- id: x\n  component: gcc\n  versions: '~=1'\n")
+    items, problems, _ = known_bad.load(tmp_path)
+    assert items == [] and "lacks" in problems[0]
+    assert known_bad.load(tmp_path / "missing")[1][0].startswith("cannot read")
+
+
+def test_known_bad_torch_is_reported_with_its_condition_and_thread() -> None:
+    notes, proof = versions.check_known_bad({"versions.torch": "2.7.0+cu126", "versions.nccl": "2.26.2"})
+    assert notes == [
+        'torch 2.7.0+cu126 is known-bad when init_process_group(backend="nccl", device_id=...) '
+        "(eager init switches on NCCL's non-blocking API by default in this release) (E16)"
+    ]
+    assert "https://github.com/pytorch/pytorch/issues/153960" in proof.output
+
+
+def test_this_machine_platform_and_build() -> None:
+    import threading
+
+    from triage.core.facts import ProbeOptions
+
+    result = versions.probe(ProbeOptions(timeout_s=30), threading.Event())
+    assert result.facts["versions.platform"] == "linux"
+    assert result.facts["versions.known_bad"] is False
+    if result.facts.get("versions.cuda") == "":
+        assert result.facts["versions.nccl_built"] is False  # this CPU wheel: backend="nccl" cannot work

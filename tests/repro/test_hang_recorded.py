@@ -141,6 +141,69 @@ def test_without_ptrace_and_nothing_recorded_one_line_names_the_cause_and_fix(jo
     assert "ptrace is not permitted" in line and "SYS_PTRACE" in line
 
 
+def test_the_walk_looks_at_the_running_job_and_branches_on_it(job: Job) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "triage", "walk", "--answer", "what_do_you_see=3", "--answer", "hang_mid=6",
+         "--probe-timeout", "30", "--json"],
+        capture_output=True, text=True, cwd=REPO, timeout=90, check=False,
+        env={**os.environ, "TRIAGE_HANG_SELF": "1", "TRIAGE_HANG_PID": str(job.launcher)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["leaf"]["id"] == "D21"
+    step = data["trail"][-1]
+    assert (step["node"], step["answer"], step["via"]) == ("live_hang_probe", "d21", "fact")
+    (probe,) = data["probes"]
+    assert probe["name"] == "hang" and probe["facts"]["hang.suspects"] == [0]
+
+
+def test_the_app_runs_the_hang_probe_in_its_child_process(job: Job, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from probes.runners import ProcessProbes
+    from triage.kb.loader import load_kb
+    from triage.tui.app import make_app
+    from triage.tui.result_screen import ResultScreen
+
+    monkeypatch.setenv("TRIAGE_HANG_PID", str(job.launcher))
+    monkeypatch.setenv("TRIAGE_HANG_SELF", "1")
+
+    async def walk() -> tuple[str, str]:
+        app = make_app(load_kb(), ProcessProbes())
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.press("3", "6")
+            for _ in range(600):  # the probe runs in a child process; wait for its answer
+                await pilot.pause(0.1)
+                if isinstance(app.screen, ResultScreen):
+                    break
+            screen = app.screen
+            assert isinstance(screen, ResultScreen), app.session.position
+            record = app.session.records[-1]
+            assert record.result is not None
+            return screen.entry.id, record.result.summary
+
+    entry, summary = asyncio.run(walk())
+    assert entry == "D21" and summary.startswith("rank 0 is in a collective that only some ranks reach")
+
+
+def test_the_report_gets_a_section_on_the_hung_job(job: Job, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+    from datetime import datetime
+
+    from triage.cli.hang import report_part
+    from triage.kb.loader import load_kb
+    from triage.render.report import ReportInput, build_report
+
+    monkeypatch.setenv("TRIAGE_HANG_PID", str(job.launcher))
+    monkeypatch.setenv("TRIAGE_HANG_SELF", "1")
+    part = report_part(argparse.Namespace(timeout=10.0))
+    assert part is not None and part.entries[0] == "D21"
+    assert part.how.startswith("from triage hang: rank 0 is in a collective")
+    report = build_report(load_kb(), ReportInput(datetime.now(), "node1", "triage report", extras=[part]))
+    assert "Hung job on this machine" in report and "| 0 (suspect) |" in report
+    assert "the Flight Recorder agrees with the stacks for ranks 0, 1" in report
+
+
 def test_py_spy_missing_is_one_line(job: Job) -> None:
     done = _hang("--no-recorded", "--pid", str(job.launcher), pyspy=Path("/nonexistent/py-spy"))
     assert done.returncode == 2

@@ -19,6 +19,7 @@ from triage.repro import SCENARIOS, Scenario
 from triage.repro.runner import processes_with_token, run
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),
     pytest.mark.skipif(sys.platform != "linux", reason="clean-up reads /proc"),
 ]
@@ -26,6 +27,8 @@ pytestmark = [
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.id for s in SCENARIOS])
 def test_reproduction_is_diagnosed(scenario: Scenario, run_cli: Callable[..., CliResult]) -> None:
+    if scenario.missing():
+        pytest.skip(f"{scenario.id} needs {', '.join(scenario.missing())}")
     result = run(scenario)
     assert not result.timed_out, f"{scenario.id} ran past its {scenario.bound_s} s bound"
     assert result.duration_s < scenario.bound_s

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, SITE_KB
 from triage.core.model import KnowledgeBase
 from triage.kb.loader import load_kb
 from triage.site.builder import build
 
-FIXTURE_KB = Path(__file__).resolve().parent.parent / "fixtures" / "kb" / "site"
+FIXTURE_KB = SITE_KB
 KNOWLEDGE = REPO / "knowledge"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -59,8 +59,11 @@ def real_markdown(real_kb: KnowledgeBase, tmp_path_factory: pytest.TempPathFacto
     return out
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
+    """One headless Chromium for the docs tests. Package-scoped: Playwright's sync API runs an
+    event loop while it is open, which must be gone before other packages (the app's Pilot tests)
+    start their own."""
     if not CHROMIUM.exists():
         pytest.fail("headless Chromium is missing: apt-get update && apt-get install -y chromium")
     from playwright.sync_api import sync_playwright

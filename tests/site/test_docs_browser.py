@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.site.conftest import Tab
 from triage.core.matcher import rank
 from triage.core.model import KnowledgeBase
+
+pytestmark = pytest.mark.slow  # drives a real browser
 
 OpenTab = Callable[..., Tab]
 

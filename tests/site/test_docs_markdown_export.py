@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from triage.core.lint import RULES
@@ -27,6 +28,7 @@ nav:
 """
 
 
+@pytest.mark.slow  # runs a full mkdocs build
 def test_mkdocs_strict_build_of_the_export(
     real_markdown: Path, real_kb: KnowledgeBase, tmp_path: Path
 ) -> None:

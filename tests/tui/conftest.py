@@ -48,48 +48,12 @@ async def settle(pilot: Pilot[None]) -> None:
     await pilot.pause()
 
 
-def _loop_running() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """Run `async def` tests (Pilot tests) in a fresh event loop; no async plugin is installed.
-
-    When an event loop is already running in the main thread (a session-scoped Playwright
-    browser in another package keeps one running until the session ends), the test runs in a
-    thread of its own, where asyncio.run and Textual's App.run (snapshots) still work."""
+    """Run `async def` tests (Pilot tests) in a fresh event loop; no async plugin is installed."""
     func = pyfuncitem.obj
-    is_async = inspect.iscoroutinefunction(func)
-    busy = _loop_running()
-    if not is_async and not busy:
+    if not inspect.iscoroutinefunction(func):
         return None
     kwargs = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
-
-    def call() -> None:
-        if is_async:
-            asyncio.run(func(**kwargs))
-        else:
-            func(**kwargs)
-
-    if not busy:
-        call()
-        return True
-    failure: list[BaseException] = []
-
-    def in_thread() -> None:
-        try:
-            call()
-        except BaseException as exc:  # re-raised in the test's own thread below
-            failure.append(exc)
-
-    thread = threading.Thread(target=in_thread, name=f"test-{pyfuncitem.name}")
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
+    asyncio.run(func(**kwargs))
     return True

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from textual.events import Key, Paste
 from textual.widgets import OptionList
 
@@ -24,6 +25,8 @@ from triage.tui.widgets import Bubble, ProbeStatus, SearchBox, SuggestionList
 
 from .conftest import ScriptedRunner, result, settle
 from .test_app_walks import NET_BUSY
+
+pytestmark = pytest.mark.slow  # drives the Textual app
 
 SECRET = "hf_abcdefghijklmnopqrstuvwx"
 NET_BUSY_WITH_ENV = result(

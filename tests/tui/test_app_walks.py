@@ -20,6 +20,8 @@ from triage.tui.widgets import Bubble
 
 from .conftest import ScriptedRunner, result, settle
 
+pytestmark = pytest.mark.slow  # drives the Textual app
+
 
 @dataclass(frozen=True)
 class Path:
@@ -37,6 +39,10 @@ ENV_COMPLETE = result("env", "ok", {"env.rank_contract": "complete"}, "all five 
 DIST_OK = result("dist", "ok", {"dist.minitest": "ok"}, "2 ranks: init, barrier, all_reduce ok")
 DIST_HANG = result("dist", "fail", {"dist.minitest": "hang"}, "rank 1 never reached the barrier")
 FM_DOWN = result("gpu", "fail", {"gpu.fabricmanager": "inactive"}, "nvidia-fabricmanager is inactive")
+HANG_D21 = result(
+    "hang", "fail", {"hang.verdict": "hang", "hang.first_entry": "d21", "hang.suspects": [0]},
+    "rank 0 is in a collective that only some ranks reach (`if rank == 0:`)",
+)  # fmt: skip
 NIC_BAD = result(
     "net", "fail", {"net.socket_ifname_valid": "invalid"}, "NCCL_SOCKET_IFNAME=ib9 matches nothing"
 )
@@ -61,6 +67,13 @@ PATHS = {
         ["default", "fact", "fact"],
     ),
     "end of epoch, I don't know the batch counts": Path(["4", "1", "question_mark"], "D9"),
+    "frozen now, the hang probe names the entry": Path(
+        ["3", "6"], "D21", {"hang": HANG_D21}, ["hang"], ["fact"]
+    ),
+    "frozen now, no job to look at: asked instead": Path(["3", "6", "1"], "D19", {}, ["hang"], ["fallback"]),
+    "frozen at the end of an epoch, look now": Path(
+        ["4", "6"], "D21", {"hang": HANG_D21}, ["hang"], ["fact"]
+    ),
     "host RAM: out of scope": Path(["7", "2"], "X4"),
     "DeepSpeed config, configs probe unavailable": Path(
         ["1", "5", "2"], "D18", {}, ["configs"], ["fallback"]

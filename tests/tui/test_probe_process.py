@@ -18,6 +18,8 @@ from triage.tui.app import make_app
 
 from .conftest import settle
 
+pytestmark = pytest.mark.slow  # drives the Textual app with real probe processes
+
 RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
 

@@ -17,6 +17,8 @@ from triage.tui.app import TriageApp, make_app
 
 from .conftest import ScriptedRunner, settle
 
+pytestmark = pytest.mark.slow  # drives the Textual app
+
 SIZES = [(80, 24), (120, 40)]
 Snap = Callable[..., bool]
 

@@ -21,6 +21,7 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument("text", nargs="*", help="the symptom in your words, or - to read a paste from stdin")
     parser.add_argument(
         "--top", type=int, default=4, metavar="N", help="how many entries to list (default 4)"
@@ -35,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     from triage.cli._common import check_argv_text, entry_json, print_lines, read_stdin_text
     from triage.core.errors import UserError
     from triage.core.matcher import rank

@@ -29,6 +29,7 @@ _PATH_METAVARS = frozenset({"PATH", "FILE", "DIR", "FILE.json"})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("shell", choices=SHELLS, help="the shell to complete in")
 
@@ -123,6 +124,7 @@ def _add_option(command: Command, action: argparse.Action) -> None:
 
 
 def bash_script(top: Command, commands: list[Command]) -> str:
+    """The bash completion script for the command tree."""
     skip = " ".join(top.value_options + top.file_options)
     cases = []
     for c in commands:
@@ -184,6 +186,7 @@ def zsh_script(top: Command, commands: list[Command]) -> str:
 
 
 def fish_script(top: Command, commands: list[Command]) -> str:
+    """The fish completion script for the command tree."""
     lines = [
         "# triage tab completion for fish: triage completion fish > ~/.config/fish/completions/triage.fish",
         "complete -c triage -f",
@@ -219,6 +222,7 @@ def _fish_quote(text: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     root = getattr(args, "root_parser", None)
     if not isinstance(root, argparse.ArgumentParser):
         raise UserError("completion needs the whole command line; run it as `triage completion SHELL`")

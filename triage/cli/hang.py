@@ -12,6 +12,7 @@ from triage.core.exitcodes import Exit
 
 if TYPE_CHECKING:
     from triage.core.hang.analyse import HangPicture
+    from triage.render.report import ExtraPart
 
 HELP = "a hung job now: which rank waits where, and why"
 DESCRIPTION = (
@@ -34,6 +35,7 @@ EPILOG = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.epilog = EPILOG
     parser.add_argument(
         "files",
@@ -84,11 +86,8 @@ def _load(path: str) -> dict[str, Any]:
 
 def _live(args: argparse.Namespace) -> tuple[HangPicture, int]:
     """The picture of the job running here, from its stacks and its own records."""
-    from dataclasses import replace
-
     from probes.hang import NoJob
-    from probes.hang.gather import HangInputError, HangOptions, gather
-    from triage.core.hang.analyse import analyse, with_ras
+    from probes.hang.gather import HangInputError, HangOptions, StacksUnreadable, live_picture
 
     options = HangOptions(
         pids=tuple(args.pid),
@@ -100,23 +99,36 @@ def _live(args: argparse.Namespace) -> tuple[HangPicture, int]:
         recorded=not args.no_recorded,
     )
     try:
-        found = gather(options)
-    except (NoJob, HangInputError) as exc:
+        return live_picture(options)
+    except (NoJob, HangInputError, StacksUnreadable) as exc:
         raise UserError(str(exc)) from None
-    samples, notes = found.samples, list(found.notes)
-    unreadable = [s for s in samples if s.error and not s.gone]
-    if unreadable and len(unreadable) == len(samples) and not found.records and not found.ras_lines:
-        raise UserError(unreadable[0].error)
-    if unreadable and found.records:
-        notes.append(f"{unreadable[0].error}; those ranks are read from the job's Flight Recorder instead")
-    picture = with_ras(analyse(samples, found.records), found.ras_lines, found.ras_suspects)
-    slots = sum(n or 0 for n in {s.host: s.local_world_size for s in samples}.values())
-    if notes:
-        picture = replace(picture, notes=(*notes, *picture.notes))
-    return picture, slots
+
+
+def report_part(args: argparse.Namespace) -> ExtraPart | None:
+    """`triage report`'s section on a job hanging on this machine; None when no job runs here."""
+    from probes.hang import NoJob
+    from probes.hang.gather import HangInputError, HangOptions, StacksUnreadable, live_picture
+    from probes.hang.probe import pids_from_env
+    from triage.kb.loader import load_kb
+    from triage.render.hang_text import hang_markdown
+    from triage.render.report import ExtraPart
+
+    timeout = getattr(args, "timeout", 5.0)
+    try:
+        picture, _ = live_picture(HangOptions(pids=pids_from_env(), timeout_s=timeout))
+    except (NoJob, HangInputError):
+        return None
+    except StacksUnreadable as exc:
+        return ExtraPart("Hung job on this machine", f"A job runs here, but {exc}.")
+    entries = tuple(d.entry for d in picture.diagnoses)
+    markdown = "\n".join(hang_markdown(load_kb(), picture))
+    return ExtraPart(
+        "Hung job on this machine", markdown, entries, how=f"from triage hang: {picture.verdict}"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     from triage.core.hang.codec import merge, picture_json
     from triage.kb.loader import load_kb
     from triage.render.hang_text import hang_lines

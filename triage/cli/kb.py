@@ -1,4 +1,5 @@
-"""`triage kb check|build|codes`: validate the knowledge base and regenerate its compiled form."""
+"""`triage kb check|build|codes|new`: validate the knowledge base, regenerate its compiled form, write a
+new entry's skeleton."""
 
 from __future__ import annotations
 
@@ -7,21 +8,28 @@ import sys
 
 from triage.core.exitcodes import Exit
 
-HELP = "check the knowledge base, rebuild it, list its codes"
+HELP = "check, build or extend the knowledge base (check, build, codes, new)"
 DESCRIPTION = (
     "check: validate every file of the knowledge base and that compiled.json is up to date (exit 2 on any "
     "problem). build: validate, then write compiled.json (and, in the project's knowledge dir, the schema "
     "section of its README.md and schema.json). codes: print the validation codes and the rules "
-    "behind each: what it finds, why it matters, how to fix it."
+    "behind each: what it finds, why it matters, how to fix it. new ID --section S: write "
+    "entries/<ID>-<slug>.yaml with every field present and a placeholder in each; `kb check` names "
+    "each placeholder until it is filled in and the entry is placed in graph.yaml."
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["check", "build", "codes"], help="what to do")
+    """Declare the command's arguments on its parser."""
+    parser.add_argument("action", choices=["check", "build", "codes", "new"], help="what to do")
+    parser.add_argument("id", nargs="?", help="new: the entry id (D24, E20, X7, ...)")
+    parser.add_argument("--section", help="new: the section id from sections.yaml")
+    parser.add_argument("--title", help="new: the entry's one-line title (also names the file)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     import json
 
     if args.action == "codes":
@@ -32,6 +40,13 @@ def run(args: argparse.Namespace) -> int:
             end="" if not args.json else "\n",
         )
         return Exit.OK
+
+    if args.action == "new":
+        return _new(args)
+    if args.id is not None:
+        from triage.core.errors import UserError
+
+        raise UserError(f"kb {args.action} takes no id (only `kb new ID --section S` does)")
 
     from triage.kb import compiled
     from triage.kb.paths import knowledge_dir
@@ -70,3 +85,54 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"{len(diagnostics)} problem(s) in {root}", file=sys.stderr)
     return Exit.OK if not diagnostics else Exit.USAGE
+
+
+def _new(args: argparse.Namespace) -> int:
+    """Write the skeleton of a new entry and say what to do next."""
+    import json
+
+    from triage.core.errors import UserError, shown
+    from triage.kb import skeleton
+    from triage.kb.paths import knowledge_dir
+    from triage.kb.sources import read_sources
+
+    if not args.id:
+        raise UserError("kb new needs an entry id: triage kb new E20 --section platform")
+    try:
+        entry_id = skeleton.check_id(args.id)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    root = knowledge_dir()
+    sources = read_sources(root)
+    sections_file = sources.top.get("sections.yaml")
+    known = (
+        [s.get("id") for s in (sections_file.data or [])]
+        if sections_file and isinstance(sections_file.data, list)
+        else []
+    )
+    known = [s for s in known if isinstance(s, str)]
+    if not args.section:
+        raise UserError(f"kb new needs --section: one of {', '.join(known)}")
+    if args.section not in known:
+        raise UserError(
+            f"--section {shown(args.section)} is not in sections.yaml: use one of {', '.join(known)}"
+        )
+    prefix = skeleton.file_name(entry_id, "x").rsplit("-", 1)[0] + "-"
+    for src in sources.entries:
+        taken = isinstance(src.data, dict) and src.data.get("id") == entry_id
+        if src.path.name.startswith(prefix) or taken:
+            raise UserError(f"{entry_id} already exists: {src.rel}")
+    path = root / "entries" / skeleton.file_name(entry_id, args.title or entry_id.lower())
+    path.write_text(skeleton.render(entry_id, args.section, args.title), encoding="utf-8")
+    steps = [
+        f"fill in every {skeleton.MARK} placeholder in {path}",
+        f"add a question option or probe branch with `target: {entry_id}` to {root / 'graph.yaml'}",
+        "run `triage kb check` (it names each placeholder left), then `triage kb build`",
+    ]
+    if args.json:
+        print(json.dumps({"id": entry_id, "path": str(path), "next": steps}, indent=2))
+    else:
+        print(f"wrote {path}")
+        for number, step in enumerate(steps, 1):
+            print(f"  {number}. {step}")
+    return Exit.OK

@@ -40,6 +40,7 @@ _CONFIG_KEYS = ("select", "ignore")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument(
         "paths", nargs="*", metavar="PATH", help="Python scripts, .sh launch scripts or directories"
     )
@@ -63,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     if args.explain:
         return _explain(args.explain)
     if args.rules:
@@ -90,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
 
 @dataclass(frozen=True)
 class Source:
+    """A file to lint: how it is shown, its resolved path and its text."""
+
     display: str  # the path as the user will read it
     key: str  # the resolved path, to match launch scripts with the scripts they start
     text: str
@@ -97,6 +101,8 @@ class Source:
 
 @dataclass
 class Work:
+    """Everything one lint run reads: sources, launch scripts, what was skipped."""
+
     sources: list[Source] = field(default_factory=list)
     launches: dict[str, LaunchFacts] = field(default_factory=dict)
     skipped: list[str] = field(
@@ -243,14 +249,18 @@ def _find_config() -> Path | None:
 def _config(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
-    import tomllib
-
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"--config {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read: {exc}") from None
+    if "triage" not in text:
+        return {}  # no table of ours: spare the TOML parser (and its datetime import)
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: invalid TOML: {exc}") from None
     table = data.get("tool", {}).get("triage", {}).get("lint", {})

@@ -13,11 +13,13 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument("--section", help="only this section id (e.g. hangs, multinode)")
     parser.add_argument("--json", action="store_true", help="print as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     import json
 
     from triage.cli._common import print_lines

@@ -33,6 +33,7 @@ DEFAULT_MAX_LINE = 64 << 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument("files", nargs="+", metavar="FILE", help="log files, or - for stdin")
     parser.add_argument("--json", action="store_true", help="machine-readable result")
     parser.add_argument("--top", type=int, default=3, metavar="N", help="diagnoses to list (default 3)")
@@ -52,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     from triage.kb.loader import load_kb
 
     if args.top < 1:
@@ -113,6 +115,7 @@ def emit(text: str) -> None:
 
 
 def verdict_text(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> str:
+    """The scan's verdict as terminal text, with the best entries."""
     from triage.render.entry_text import entry_lines
     from triage.render.log_text import evidence, evidence_line, rank_rows, shown_score, summary_lines
     from triage.render.ranks import render_ranks
@@ -126,15 +129,19 @@ def verdict_text(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> s
     lines.append("")
     if not verdict.found:
         lines.append(style.paint("No known failure found.", BOLD))
-        closest = _closest(scan, verdict, kb, top)
+        closest = verdict.closest[:top]
         if closest:
             lines.append("Closest entries (weak evidence; read them before acting):")
             for entry_id, score, why in closest:
-                lines.append(f"  {entry_id:<5} {kb.entries[entry_id].title}  ({score:.2f}, {why})")
+                lines.append(
+                    f"  {entry_id:<5} {kb.entries[entry_id].title}  ({shown_score(score):.2f}, {why})"
+                )
         return "\n".join(lines)
     best = verdict.diagnoses[0]
     entry = kb.entries[best.entry_id]
     verdict_word = "Out of scope" if not entry.covered else "Diagnosis"
+    if verdict.by_query_engine:
+        verdict_word = f"{verdict_word} (no signature matched; read as a description)"
     lines.append(style.paint(f"{verdict_word}: {entry.id}  {entry.title}", BOLD))
     lines.append(f"  why this entry: {best.reason} (score {shown_score(best.score):.2f})")
     lines.append("  evidence:")
@@ -154,23 +161,6 @@ def verdict_text(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> s
     return "\n".join(lines)
 
 
-def _closest(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> list[tuple[str, float, str]]:
-    """Weak candidates: entries with hits below the threshold, then the matcher on the errors."""
-    from triage.render.log_text import shown_score
-
-    found: dict[str, tuple[float, str]] = {}
-    for diagnosis in verdict.diagnoses:
-        found[diagnosis.entry_id] = (shown_score(diagnosis.score), "weak signature lines")
-    text = "\n".join(e.text for e in scan.events[:50] if e.kind in ("exception", "hit"))
-    if text.strip():
-        from triage.core import matcher
-
-        for hit in matcher.rank(kb, text, top=top).hits:
-            found.setdefault(hit.entry.id, (hit.score, "words in common with the errors"))
-    ranked = sorted(found.items(), key=lambda item: -item[1][0])[:top]
-    return [(entry_id, score, why) for entry_id, (score, why) in ranked]
-
-
 def _event_json(scan: Scan, event: Event) -> dict[str, Any]:
     data: dict[str, Any] = {
         "source": scan.sources[event.source],
@@ -181,6 +171,10 @@ def _event_json(scan: Scan, event: Event) -> dict[str, Any]:
     }
     if event.kind == "hit":
         data.update(entry=event.entry_id, weight=event.weight, echo=event.echo)
+        if event.role:
+            data["context"] = event.role
+    elif event.echo:
+        data["echo"] = True
     if event.kind == "exit":
         data["exit_code"] = event.exit_code
     return data
@@ -225,12 +219,13 @@ def _as_json(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> dict[
         "waiting_ranks": verdict.waiting_ranks,
         "suspect_ranks": verdict.suspect_ranks,
         "torchrun_root_cause_rank": verdict.root_cause_rank,
+        "by_query_engine": verdict.by_query_engine,
         "diagnoses": diagnoses if verdict.found else [],
         "closest": []
         if verdict.found
         else [
-            {"id": i, "title": kb.entries[i].title, "score": s, "why": w}
-            for i, s, w in _closest(scan, verdict, kb, top)
+            {"id": i, "title": kb.entries[i].title, "score": shown_score(s), "why": w}
+            for i, s, w in verdict.closest[:top]
         ],
         "ranks": [asdict(row) for row in rank_rows(scan, verdict)],
     }

@@ -18,12 +18,13 @@ if TYPE_CHECKING:
     from triage.core.facts import ProbeResult
     from triage.core.findings import Finding
 
-HELP = "look at this machine: env gpu net versions configs dist lint"
+HELP = "live, read-only probes of this machine (and --script)"
 DESCRIPTION = (
     "Run the probes concurrently, each bounded by --timeout: env (launcher, rank variables), gpu (NVML), "
     "net (interfaces, MTU, NCCL_SOCKET_IFNAME, master port), versions (torch, CUDA, NCCL), configs "
     "(Accelerate/DeepSpeed), dist (a torch.distributed mini-test on this machine), lint (the training script "
-    "given with --script, read statically). Prints a table, the "
+    "given with --script, read statically), hang (the job running here, as `triage hang` reads it). "
+    "Prints a table, the "
     "findings that point at knowledge entries, and exits with the worst status: 0 ok or unavailable, "
     "4 warn, 5 fail or error. Secrets in the environment are redacted in every output."
 )
@@ -38,11 +39,12 @@ EXIT_FOR_STATUS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument(
         "names",
         nargs="*",
         metavar="NAME",
-        help="probes to run: env gpu net versions configs dist lint (default: all; lint only with --script)",
+        help="probes to run: env gpu net versions configs dist lint hang (default: all; lint only with --script)",
     )
     parser.add_argument(
         "--json", action="store_true", help="print everything as JSON (schema documented in the README)"
@@ -96,6 +98,7 @@ class Progress:
 
 
 def fact_text(value: object) -> str:
+    """A fact value as one short string."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list | tuple):
@@ -126,6 +129,7 @@ def format_table(
 
 
 def format_findings(found: list[Finding], error: str | None) -> str:
+    """The findings (entries the flagged facts point at) as text."""
     if error is not None:
         return f"Findings unavailable: {error}"
     if not found:
@@ -182,6 +186,7 @@ def payload(
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     import json
     import os
 

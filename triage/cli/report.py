@@ -38,6 +38,7 @@ MAX_JSON_BYTES = 10_000_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     actions = parser.add_subparsers(dest="action", metavar="merge", required=False)
     merge = actions.add_parser(
         "merge",
@@ -74,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     if args.action == "merge":
         return _merge(args.files, as_json=args.json or args.merge_json, out=args.merge_out or args.out)
     from triage.kb.loader import load_kb

@@ -22,18 +22,20 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument("id", nargs="?", help="the reproduction to run (an entry id: D1, D20, MN3, ...)")
     parser.add_argument("--list", action="store_true", help="list the reproductions")
     parser.add_argument("--save", metavar="FILE", help="also write the captured output to FILE")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     from triage.core.errors import shown
     from triage.repro import SCENARIOS, find
 
     if args.list or args.id is None:
         for item in SCENARIOS:
-            print(f"{item.id:<5} {item.title}  (bound {item.bound_s:.0f} s)")
+            print(f"{item.id:<9} {item.title}  (bound {item.bound_s:.0f} s)")
         return Exit.OK
     scenario = find(args.id) if args.id.strip() else None
     if scenario is None:
@@ -45,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("reproductions need torch: pip install 'triage[torch]'")
     if sys.platform != "linux":
         raise UserError("reproductions need Linux (their clean-up reads /proc)")
+    if scenario.missing():
+        raise UserError(f"{scenario.id} needs {'; '.join(scenario.missing())}: pip install it first")
     if args.save is not None:
         _check_writable(args.save)  # before a run of up to a minute, not after it
 

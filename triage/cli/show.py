@@ -13,11 +13,13 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument("id", help="entry id such as D9, MN3, P5 (case and zero padding do not matter)")
     parser.add_argument("--json", action="store_true", help="print the entry as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     from triage.cli._common import entry_json, print_lines, require_entry
     from triage.kb.loader import load_kb
     from triage.render.entry_text import entry_lines

@@ -31,6 +31,7 @@ MAX_LINE = 100_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument(
         "--answer",
         action="append",
@@ -71,6 +72,7 @@ def parse_answers(raw: list[str], session: Session) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     from probes.options import probe_options
     from probes.runners import NoProbes, default_runner
     from triage.core.session import Session
@@ -169,18 +171,20 @@ class PlainWalk:
             self.say(problem)
 
     def free_text(self, node: QuestionNode, text: str) -> bool:
-        """Own words: take a clearly matching option, else say which entries they point to."""
-        from triage.core.suggest import suggest
+        """Own words, by the policy the app uses: an option they fit answers the question; else say
+        which entries they point to. True when the question was answered."""
+        from triage.core.suggest import reply, suggest
 
+        # A line typed here answers a question (there is no search box), so it is read as mid-walk
+        # even at the first question: it never opens an entry on its own; typing an id does.
         found = suggest(self.session.kb, node, text, at_start=False)
-        first = found.first
-        if first is not None and first.kind == "option" and first.option is not None:
-            self.say(f"Taking that as: {first.label}")
-            self.session.answer(node.id, str(first.option + 1), own_words=text)
+        what = reply(found, text, chosen=found.first, explicit=False, mid_walk=True, can_answer=True)
+        if what.action == "answer" and what.option is not None:
+            self.say(what.message)
+            self.session.answer(node.id, str(what.option + 1), own_words=text)
             return True
-        if found.different_symptom:
-            names = ", ".join(f"{e.entry_id} ({round(e.score * 100)}%) {e.label}" for e in found.entries[:3])
-            self.say(f"That sounds like a different problem: {names}. Type an id to jump there.")
+        if what.action == "suspect":
+            self.say(f"{what.message}\nType an id to jump there.")
         return False
 
     def read_line(self, node: QuestionNode) -> str:
@@ -242,6 +246,7 @@ class PlainWalk:
 
 
 def walk_json(session: Session, entry: Entry, *, jumped: bool) -> dict[str, Any]:
+    """The walk's leaf, trail, answers and probe results as JSON data."""
     from triage.cli._common import entry_json
 
     position = session.position

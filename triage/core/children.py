@@ -163,6 +163,7 @@ def quiet_torch_import() -> None:
 
 
 def live_count() -> int:
+    """How many tracked child processes are still alive."""
     with _REGISTRY.lock:
         return len(_REGISTRY.live)
 

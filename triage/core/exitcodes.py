@@ -4,6 +4,8 @@ from enum import IntEnum
 
 
 class Exit(IntEnum):
+    """The exit statuses every command uses."""
+
     OK = 0
     NOT_FOUND = 1  # ask/log: nothing matched well enough to name a cause
     USAGE = 2  # bad input: empty query, unknown id, unreadable file, invalid knowledge

@@ -179,4 +179,5 @@ def differences(nodes: Sequence[NodeSummary]) -> list[Difference]:
 
 
 def area_title(area: str) -> str:
+    """The heading of an inventory area."""
     return dict(AREAS).get(area, area)

@@ -16,6 +16,7 @@ from collections import Counter
 from typing import Literal, NamedTuple
 
 from triage.core.model import Entry, KnowledgeBase, QuestionNode
+from triage.core.safe_regex import bounded, reach, windows
 from triage.core.text import Normalizer
 
 Verdict = Literal["match", "no_match", "out_of_scope"]
@@ -37,15 +38,20 @@ CAL_MIDPOINT = 0.40
 NO_MATCH_BELOW = 0.5
 ECHO_FACTOR = 0.6
 MAX_QUERY_CHARS = 1_000_000
+MAX_FUZZY_TOKENS = 200  # distinct query tokens compared with the symptom phrasings
 
 
 class Hit(NamedTuple):
+    """An entry that matched a query, with its score and why."""
+
     entry: Entry
     score: float
     reasons: tuple[str, ...] = ()
 
 
 class Match(NamedTuple):
+    """A query's verdict and its ranked hits."""
+
     query: str
     verdict: Verdict
     hits: tuple[Hit, ...]
@@ -60,6 +66,8 @@ class _Signature(NamedTuple):
     weight: float
     echo: bool
     literal: str | None  # lower-case text every match must contain: a cheap test before the regex
+    safe: str  # the pattern with its repeats bounded (safe_regex.bounded): what is searched
+    reach: int  # how far a match extends around the literal (the windows of a long text)
 
 
 class _Doc(NamedTuple):
@@ -69,10 +77,15 @@ class _Doc(NamedTuple):
     signatures: list[_Signature]
 
 
-def build_index_data(kb: KnowledgeBase) -> dict[str, object]:
-    """The query-independent part of matching, as JSON-ready data (stored in compiled.json)."""
+def _signature_data(pattern: str, weight: float, echo: bool) -> list[object]:
     from triage.core.regex_literals import required_literal
 
+    safe = bounded(pattern)
+    return [pattern, weight, echo, required_literal(pattern), safe, reach(safe)]
+
+
+def build_index_data(kb: KnowledgeBase) -> dict[str, object]:
+    """The query-independent part of matching, as JSON-ready data (stored in compiled.json)."""
     normalizer = Normalizer(kb.vocabulary)
     docs: dict[str, object] = {}
     df: Counter[str] = Counter()
@@ -85,7 +98,7 @@ def build_index_data(kb: KnowledgeBase) -> dict[str, object]:
                 tf[token] = round(tf.get(token, 0.0) + weight, 4)
         tf[entry.id.lower()] = tf.get(entry.id.lower(), 0.0) + 3.0
         phrases = [" ".join(normalizer.tokens(s)) for s in (*entry.symptoms, entry.title)]
-        signatures = [[s.pattern, s.weight, s.echo, required_literal(s.pattern)] for s in entry.signatures]
+        signatures = [_signature_data(s.pattern, s.weight, s.echo) for s in entry.signatures]
         docs[entry.id] = {
             "tf": tf,
             "length": round(sum(tf.values()), 4),
@@ -133,7 +146,7 @@ class Index:
         self.docs: list[_Doc] = []
         for entry in kb.entries.values():
             raw = raw_docs[entry.id]
-            sigs = [_Signature(p, w, e, lit) for p, w, e, lit in raw["signatures"]]
+            sigs = [_Signature(*fields) for fields in raw["signatures"]]
             self.docs.append(_Doc(entry, raw["length"], raw["phrases"], sigs))
         self._postings: dict[str, str] = postings
         self._decoded: dict[str, tuple[float, list[tuple[int, float]]]] = {}
@@ -158,6 +171,7 @@ _INDEXES: dict[int, tuple[KnowledgeBase, Index]] = {}
 
 
 def index_for(kb: KnowledgeBase) -> Index:
+    """The matcher's index for a knowledge base (built once, then cached)."""
     cached = _INDEXES.get(id(kb))
     if cached is None or cached[0] is not kb:
         cached = (kb, Index(kb))
@@ -172,7 +186,15 @@ def _signature_score(doc: _Doc, text: str, lowered: str) -> tuple[float, list[st
     for sig in doc.signatures:
         if sig.literal is not None and sig.literal not in lowered:
             continue
-        m = re.search(sig.pattern, text, re.IGNORECASE | re.MULTILINE)
+        anchors = (sig.literal,) if sig.literal is not None else ()
+        m = next(
+            (
+                hit
+                for part in windows(text, lowered, anchors, sig.reach)
+                if (hit := re.search(sig.safe, part, re.IGNORECASE | re.MULTILINE))
+            ),
+            None,
+        )
         if m is None:
             continue
         found += 1
@@ -207,13 +229,16 @@ def _fuzzy_scores(index: Index, tokens: list[str]) -> list[float]:
 
     if not tokens:
         return [0.0] * len(index.docs)
-    query = " ".join(tokens)
+    # token_set_ratio compares sets, so repeats change nothing; the cap keeps a pasted megabyte from
+    # costing a minute (the site's search applies the same cap).
+    query = " ".join(list(dict.fromkeys(tokens))[:MAX_FUZZY_TOKENS])
     return [
         max((fuzz.token_set_ratio(query, p) for p in doc.phrases), default=0.0) / 100 for doc in index.docs
     ]
 
 
 def calibrate(raw: float) -> float:
+    """A raw score mapped to a 0..1 confidence."""
     return 1 / (1 + math.exp(-CAL_SLOPE * (raw - CAL_MIDPOINT)))
 
 

@@ -28,6 +28,8 @@ BRANCHABLE_FACT_TYPES: tuple[str, ...] = ("enum", "bool")
 
 
 class Signature(NamedTuple):
+    """A log line an entry's failure prints: a regex, its weight and a note."""
+
     pattern: str
     weight: float = 1.0
     note: str = ""
@@ -39,28 +41,38 @@ class Signature(NamedTuple):
 
 
 class Verify(NamedTuple):
+    """Whether the fix changes the experiment, what it changes and why."""
+
     needed: bool
     why: str
     changes: tuple[str, ...] = ()
 
 
 class Reference(NamedTuple):
+    """A link carried over from the source material."""
+
     title: str
     url: str
 
 
 class Confirm(NamedTuple):
+    """A probe fact whose values support an entry."""
+
     fact: str
     values: tuple[str, ...]
     note: str = ""
 
 
 class Cases(NamedTuple):
+    """Phrasings that must and must not rank an entry first."""
+
     match: tuple[str, ...] = ()
     no_match: tuple[str, ...] = ()
 
 
 class Entry(NamedTuple):
+    """One failure, technique, checklist or out-of-scope leaf."""
+
     id: str
     title: str
     section: str
@@ -84,12 +96,16 @@ class Entry(NamedTuple):
 
 
 class Section(NamedTuple):
+    """A section of the knowledge base."""
+
     id: str
     title: str
     blurb: str = ""
 
 
 class Fact(NamedTuple):
+    """A fact a probe may report: its probe, type and values."""
+
     name: str
     probe: str
     type: str
@@ -105,12 +121,16 @@ class Fact(NamedTuple):
 
 
 class Option(NamedTuple):
+    """One answer to a question and where it leads."""
+
     label: str
     target: str
     keywords: tuple[str, ...] = ()
 
 
 class QuestionNode(NamedTuple):
+    """A question the user answers."""
+
     id: str
     prompt: str
     options: tuple[Option, ...]
@@ -120,6 +140,8 @@ class QuestionNode(NamedTuple):
 
 
 class ProbeNode(NamedTuple):
+    """A node answered by a probe's fact, with a question to fall back on."""
+
     id: str
     fact: str
     prompt: str
@@ -133,11 +155,15 @@ Node = QuestionNode | ProbeNode
 
 
 class Graph(NamedTuple):
+    """The decision graph: its start and its nodes."""
+
     start: str
     nodes: dict[str, Node]
 
 
 class KnowledgeBase(NamedTuple):
+    """Everything triage knows, loaded and validated."""
+
     entries: dict[str, Entry]
     sections: tuple[Section, ...]
     facts: dict[str, Fact]

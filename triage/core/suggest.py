@@ -34,6 +34,8 @@ class Suggestion:
 
 @dataclass(frozen=True)
 class Suggestions:
+    """The ranked suggestions for some words, and the matcher's verdict."""
+
     items: tuple[Suggestion, ...]
     verdict: str  # the matcher's verdict on the entries: match, no_match or out_of_scope
     different_symptom: bool  # mid-walk, the words fit no option but do describe an entry
@@ -70,3 +72,49 @@ def suggest(kb: KnowledgeBase, node: QuestionNode | None, text: str, *, at_start
     # At the start the box is a search box: a strong entry match comes first, so Enter opens it.
     items = [*entries, *options] if (at_start and strong) or not options else [*options, *entries]
     return Suggestions(tuple(items), match.verdict, different_symptom=strong and not options and not at_start)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What to do with the user's own words, and what to tell them.
+
+    `action`: "answer" the question with option `option` (0-based), "open" entry `entry_id`, name
+    the `suspects` (the words describe another problem), or "none" (nothing fits)."""
+
+    action: Literal["answer", "open", "suspect", "none"]
+    message: str = ""
+    option: int | None = None
+    entry_id: str | None = None
+    suspects: tuple[Suggestion, ...] = ()
+
+
+def reply(
+    found: Suggestions,
+    text: str,
+    *,
+    chosen: Suggestion | None,
+    explicit: bool,
+    mid_walk: bool,
+    can_answer: bool,
+) -> Reply:
+    """The one policy for free text, in the app and in `triage walk`.
+
+    `chosen` is the row the user took (the best one unless they picked another; `explicit` when
+    they did). A strong entry match opens that entry at the start of a walk or when picked; mid-walk,
+    words that fit an option answer the question, and words that fit no option but describe another
+    problem name the suspects, so one stray sentence does not throw away the walk."""
+    weak = found.verdict == "no_match" and not explicit
+    if chosen is None or (chosen.kind == "entry" and weak):
+        closest = f" The closest entry is {chosen.entry_id}, but it is a weak match." if chosen else ""
+        message = f"I could not match “{text}” to an answer or an entry.{closest} Pick an answer, or try other words."
+        return Reply("none", message)
+    if chosen.kind == "option" and can_answer and chosen.option is not None:
+        return Reply("answer", f"Taking that as: {chosen.label}", option=chosen.option)
+    if chosen.entry_id is not None and (explicit or not mid_walk):
+        return Reply("open", f"Opened from the search “{text}”.", entry_id=chosen.entry_id)
+    suspects = found.entries[:3]
+    names = "".join(f"\n  {e.entry_id} ({round(e.score * 100)}%) {e.label}" for e in suspects)
+    message = (
+        f"“{text}” does not fit this question; it sounds like a different problem. I now suspect:{names}"
+    )
+    return Reply("suspect", message, suspects=suspects)

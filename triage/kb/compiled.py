@@ -28,7 +28,7 @@ from triage.core.model import (
     to_plain,
 )
 
-FORMAT = 2
+FORMAT = 3  # 3: signatures carry their bounded pattern and reach
 DOC_FIELDS = ("root_cause", "fix")
 
 
@@ -64,6 +64,7 @@ def with_docs(kb: KnowledgeBase) -> KnowledgeBase:
 
 
 def to_json(kb: KnowledgeBase, fingerprint: str) -> str:
+    """The knowledge base as compiled.json text."""
     payload = {
         "format": FORMAT,
         "fingerprint": fingerprint,
@@ -94,6 +95,7 @@ def read(path: str) -> dict[str, Any] | None:
 
 
 def from_json(data: dict[str, Any]) -> KnowledgeBase:
+    """The knowledge base from compiled.json data."""
     entries = {}
     for raw in data["entries"]:
         entry = Entry(

@@ -36,6 +36,7 @@ def read_source(path: StrPath, limit: int = MAX_SOURCE_BYTES) -> bytes:
 
 
 def fingerprint(root: StrPath) -> str:
+    """A cheap fingerprint of every source file (CRC-32 and total size)."""
     crc = 0
     total = 0
     for path in source_files(root):

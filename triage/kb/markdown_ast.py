@@ -25,6 +25,7 @@ def make_parser() -> MarkdownIt:
 
 
 def parse(text: str) -> list[Block]:
+    """Markdown parsed into the small block tree the renderers draw."""
     tokens = make_parser().parse(text)
     blocks, _ = _blocks(tokens, 0, None)
     return blocks

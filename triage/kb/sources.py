@@ -19,6 +19,8 @@ def source_paths(root: Path) -> list[Path]:
 
 @dataclass
 class SourceFile:
+    """One knowledge file: its text, parsed data, or why it could not be read."""
+
     path: Path
     rel: str  # path relative to the knowledge directory's parent, for messages
     text: str | None = None
@@ -29,6 +31,8 @@ class SourceFile:
 
 @dataclass
 class Sources:
+    """Every knowledge file of one directory."""
+
     root: Path
     entries: list[SourceFile] = field(default_factory=list)
     top: dict[str, SourceFile] = field(default_factory=dict)

@@ -23,6 +23,7 @@ _ITEM = re.compile(r"^  (?:\d+\.|-) ")
 
 
 def verify_mark(entry: Entry) -> str:
+    """The `[verify]` mark for entries whose fix changes the experiment."""
     return "[verify]" if entry.verify.needed else ""
 
 
@@ -32,6 +33,7 @@ def ranking_line(entry: Entry, score: float) -> str:
 
 
 def verdict_line(entry: Entry, score: float, verdict: str) -> str:
+    """The first line of an answer: the verdict, the score and the entry."""
     word = "Out of scope" if verdict == "out_of_scope" or not entry.covered else "Best match"
     return f"{word} ({score:.2f}): {entry.id}  {entry.title}"
 

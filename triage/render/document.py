@@ -183,6 +183,7 @@ def md_inline(text: str) -> str:
 
 
 def md_link(label_markdown: str, href: str | None) -> str:
+    """A Markdown link, or just the label when there is no target."""
     if href is None:
         return label_markdown
     return f"[{label_markdown}]({href})"

@@ -21,6 +21,7 @@ def _ranks(ranks: tuple[int | None, ...]) -> str:
 
 
 def hang_lines(kb: KnowledgeBase, picture: HangPicture, style: Style, *, full: bool = False) -> list[str]:
+    """A hang picture as terminal lines."""
     lines = [style.paint(f"Verdict: {picture.verdict}", BOLD), ""]
     width = max((len(_ranks(g.ranks)) for g in picture.groups), default=1)
     suspects = set(picture.suspect_ranks)

@@ -23,6 +23,7 @@ SEVERITY_WORDS = {
 
 
 def rule_title(rule: Rule) -> str:
+    """A lint rule's heading: its code and name."""
     return f"{rule.code}: {rule.name}"
 
 

@@ -25,18 +25,22 @@ def shown_score(score: float) -> float:
 
 
 def plural(count: int, word: str) -> str:
+    """`count word`, with the word in the plural unless the count is 1."""
     return f"{count:,} {word}{'' if count == 1 else 's'}"
 
 
 def where(scan: Scan, event: Event) -> str:
+    """`file:line` of an event."""
     return f"{scan.sources[event.source]}:{event.line}"
 
 
 def rank_text(rank: int | None) -> str:
+    """`rank N`, or what to say when the line has no rank."""
     return f"rank {rank}" if rank is not None else "no rank prefix"
 
 
 def summary_lines(scan: Scan, verdict: Verdict) -> list[str]:
+    """The scan's summary: files, ranks, and how events were ordered."""
     ranks = len(scan.ranks_seen)
     order = "timestamps" if verdict.ordered_by == "time" else "position in the log"
     lines = [
@@ -99,7 +103,8 @@ def _launcher_summary(event: Event, entry_id: str) -> bool:
 
 
 def evidence_line(scan: Scan, event: Event, indent: str = "    ") -> str:
-    tag = " (echo)" if event.kind == "hit" and event.echo else ""
+    """One evidence line: where it was, and the text (shortened)."""
+    tag = " (echo)" if event.echo else (" (context)" if event.role in ("frame", "umbrella", "info") else "")
     text = event.text if len(event.text) <= 160 else event.text[:157] + "..."
     return f"{indent}{where(scan, event)}  [{rank_text(event.rank)}]{tag}  {text}"
 

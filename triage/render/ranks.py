@@ -46,6 +46,8 @@ class RankRow:
 
 @dataclass(frozen=True)
 class RankGroup:
+    """Ranks in the same state, shown as one row."""
+
     ranks: tuple[int, ...]
     state: str
     last: str

@@ -81,6 +81,7 @@ def confirmations(entry: Entry, facts: Mapping[str, object]) -> list[Confirmatio
 
 
 def report_filename(label: str, when: datetime) -> str:
+    """The file name a report is saved under."""
     return f"triage-report-{label}-{when:%Y%m%d-%H%M%S}.md"
 
 

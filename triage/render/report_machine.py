@@ -32,16 +32,19 @@ def details(summary: str, body: str) -> str:
 
 
 def cell(value: str) -> str:
+    """A table cell holding a value as code, or `-`."""
     return md_code(value).replace("|", "\\|") if value else "-"
 
 
 def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table."""
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def fold_if_long(summary: str, body: str, rows: int) -> str:
+    """The body, folded under `summary` when it has many rows."""
     return details(summary, body) if rows > FOLD_LINES else body
 
 
@@ -69,6 +72,7 @@ def _status_line(result: ProbeResult | None, name: str, not_run: Mapping[str, st
 def versions_section(
     results: Sequence[ProbeResult], inventory: Inventory | None, not_run: Mapping[str, str]
 ) -> str:
+    """The report's versions section."""
     versions = _probe(results, "versions")
     facts = _facts(results)
     rows: list[list[str]] = []
@@ -103,6 +107,7 @@ def versions_section(
 def launcher_section(
     results: Sequence[ProbeResult], inventory: Inventory | None, not_run: Mapping[str, str]
 ) -> str:
+    """The report's launcher and rank-variables section."""
     env = _probe(results, "env")
     out = [_status_line(env, "env", not_run)]
     if env is not None:
@@ -126,6 +131,7 @@ def launcher_section(
 
 
 def settings_section(inventory: Inventory | None, why: str) -> str:
+    """The report's settings section."""
     if inventory is None:
         return f"*{NOT_LOOKED}: {md_inline(why)}.*"
     settings = inventory.settings
@@ -140,6 +146,7 @@ def settings_section(inventory: Inventory | None, why: str) -> str:
 def gpus_section(
     results: Sequence[ProbeResult], inventory: Inventory | None, not_run: Mapping[str, str]
 ) -> str:
+    """The report's GPU section."""
     gpu = _probe(results, "gpu")
     out = [_status_line(gpu, "gpu", not_run)]
     if inventory is not None and inventory.gpus:
@@ -159,6 +166,7 @@ def gpus_section(
 def network_section(
     results: Sequence[ProbeResult], inventory: Inventory | None, not_run: Mapping[str, str]
 ) -> str:
+    """The report's network section."""
     net = _probe(results, "net")
     out = [_status_line(net, "net", not_run)]
     if inventory is not None and inventory.interfaces:
@@ -170,6 +178,7 @@ def network_section(
 
 
 def configs_section(results: Sequence[ProbeResult], not_run: Mapping[str, str]) -> str:
+    """The report's config-files section."""
     configs = _probe(results, "configs")
     out = [_status_line(configs, "configs", not_run)]
     if configs is not None and configs.evidence:
@@ -180,6 +189,7 @@ def configs_section(results: Sequence[ProbeResult], not_run: Mapping[str, str]) 
 def probes_section(
     results: Sequence[ProbeResult], not_run: Mapping[str, str], cancelled: Sequence[str]
 ) -> str:
+    """The report's table of probes run."""
     rows = [
         [r.name, f"**{r.status}**", f"{r.duration_s:.1f} s", md_text(r.summary).replace("|", "\\|") or "-"]
         for r in results

@@ -17,6 +17,7 @@ def node_labels(nodes: Sequence[NodeSummary], files: Sequence[str]) -> list[str]
 
 
 def merge_markdown(nodes: Sequence[NodeSummary], files: Sequence[str], found: Sequence[Difference]) -> str:
+    """Several nodes' reports merged: what differs between the nodes."""
     labels = node_labels(nodes, files)
     out = [f"# triage report merge: {len(nodes)} nodes", ""]
     out += [f"Nodes: {', '.join(md_code(label) for label in labels)}.", ""]

@@ -25,6 +25,8 @@ BLUE = "\x1b[34m"
 
 
 class Style(NamedTuple):
+    """How to write to the terminal: with colour or not, and how wide."""
+
     color: bool
     width: int
 
@@ -139,6 +141,7 @@ def _table(block: dict[str, Any], style: Style, indent: str) -> list[str]:
 
 
 def heading(text: str, style: Style) -> str:
+    """A heading, underlined when colour is on."""
     return style.paint(text, BOLD, UNDERLINE) if style.color else text
 
 

@@ -23,6 +23,8 @@ _DDP_UNDER_DETAIL = {
 
 @dataclass(frozen=True)
 class Scenario:
+    """A reproduction: the script, how to launch it, and what it should show."""
+
     id: str  # the scenario's name on the command line (the entry it reproduces, mostly)
     title: str
     script: str  # file in this package
@@ -35,10 +37,20 @@ class Scenario:
     also: tuple[str, ...] = ()  # entries that should appear among the next diagnoses
     # settings (triage.repro.settings) this scenario is not run in, and why
     skip: dict[str, str] = field(default_factory=dict)
+    # Python modules the script needs beyond torch (module -> why)
+    needs: dict[str, str] = field(default_factory=dict)
 
     @property
     def path(self) -> Path:
         return HERE / self.script
+
+    def missing(self) -> list[str]:
+        """The modules this scenario needs that cannot be imported here, each with why it is needed."""
+        import importlib.util
+
+        return [
+            f"{name} ({why})" for name, why in self.needs.items() if importlib.util.find_spec(name) is None
+        ]
 
     def settings(self) -> tuple[Setting, ...]:
         """The settings this scenario runs in: torchrun's own options need torchrun."""
@@ -145,10 +157,81 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect="D23",
         first_rank=0,
     ),
+    Scenario(
+        "E4",
+        "an evaluation script run with plain `python` calls get_rank() and builds SyncBatchNorm",
+        "no_process_group.py",
+        expect="E4",
+        first_rank=None,
+        launch="python",
+        bound_s=30,
+    ),
+    Scenario(
+        "E9",
+        "backend='nccl' on a machine without a usable GPU (here: the CPU-only wheel)",
+        "nccl_without_gpu.py",
+        expect="E9",
+        first_rank=None,  # both ranks fail the same way
+        env={"CUDA_VISIBLE_DEVICES": ""},
+        torchrun_args=("--tee", "3"),  # the failure is in init, before torch prefixes lines with the rank
+        skip={"tee": "the scenario already runs with --tee", "log-dir": "--tee and --log-dir together"},
+    ),
+    Scenario(
+        "E14",
+        "torch.multiprocessing.spawn of a function defined inside main()",
+        "spawn_local_function.py",
+        expect="E14",
+        first_rank=None,
+        launch="python",
+        bound_s=30,
+    ),
+    Scenario(
+        "D8-CKPT",
+        "reentrant activation checkpointing in a DDP model with find_unused_parameters=True",
+        "train_checkpointing_ddp.py",
+        expect="D8",
+        first_rank=None,  # every rank fails the same way
+        skip=_DDP_UNDER_DETAIL,
+    ),
+    Scenario(
+        "P1",
+        "node 0 of two starts; node 1 never joins the TCP store",
+        "store_missing_node.py",
+        expect="P1",
+        first_rank=None,
+        launch="python",
+        bound_s=40,
+    ),
+    Scenario(
+        "MN3-RANK0",
+        "rank 0 tokenises alone while rank 1 waits at a barrier with a short timeout",
+        "rank0_alone_in_barrier.py",
+        expect="MN3",
+        first_rank=1,  # the waiting rank times out; rank 0 is still working when torchrun stops it
+    ),
+    Scenario(
+        "D15",
+        "a torch.distributed.checkpoint saved by two ranks, resumed by one",
+        "dcp_resume_other_world.py",
+        expect="D15",
+        first_rank=0,
+        needs={
+            "numpy": "torch.distributed.checkpoint gathers its plans with object collectives, which need numpy"
+        },
+    ),
+    Scenario(
+        "E12",
+        "gradient accumulation with no_sync() on every micro-step: replicas compared after the step",
+        "accumulation_never_syncs.py",
+        expect="E12",
+        first_rank=1,
+        skip=_DDP_UNDER_DETAIL,
+    ),
 )
 
 
 def find(scenario_id: str) -> Scenario | None:
+    """The scenario with this id (case and zero padding forgiven), or None."""
     from triage.core.model import normalize_id
 
     wanted = normalize_id(scenario_id)

@@ -25,6 +25,8 @@ WITH_RECORDERS = HERE / "with_recorders.py"
 
 @dataclass(frozen=True)
 class HangScenario:
+    """A hang reproduction that stays hung for `triage hang` to read."""
+
     id: str
     title: str
     script: str
@@ -70,6 +72,8 @@ HANGS: tuple[HangScenario, ...] = (
 
 @dataclass
 class HungJob:
+    """A running hung job: its launcher, token and port."""
+
     launcher_pid: int
     token: str
     port: int

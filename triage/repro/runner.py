@@ -50,6 +50,8 @@ _SCRUB = (
 
 @dataclass
 class RunResult:
+    """What a reproduction printed and how it ended."""
+
     scenario: Scenario
     output: str
     returncode: int | None
@@ -101,6 +103,7 @@ def end_processes(token: str) -> list[int]:
 
 
 def free_port() -> int:
+    """A TCP port on loopback that is free right now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Setting:
+    """A named set of environment variables a reproduction can run with."""
+
     name: str
     title: str
     env: dict[str, str] = field(default_factory=dict)
@@ -39,6 +41,7 @@ SETTINGS: tuple[Setting, ...] = (
 
 
 def setting(name: str) -> Setting | None:
+    """The setting called `name`, or None."""
     for item in SETTINGS:
         if item.name == name:
             return item

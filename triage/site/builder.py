@@ -49,6 +49,8 @@ SPHINX_TOCTREE = "sphinx-toctree.txt"
 
 @dataclass(frozen=True)
 class BuildResult:
+    """What a site build wrote."""
+
     out: Path
     format: str
     files: tuple[str, ...]  # written, relative to `out`

@@ -17,6 +17,7 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments on its parser."""
     parser.add_argument("action", choices=["build"], help="what to do")
     parser.add_argument(
         "--out", required=True, type=Path, metavar="DIR", help="directory to write (new or empty)"
@@ -32,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; returns its exit status."""
     from triage.kb.loader import load_kb
     from triage.site.builder import build
 

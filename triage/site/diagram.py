@@ -42,6 +42,8 @@ class Box:
 
 @dataclass(frozen=True)
 class Edge:
+    """One way out of a node, as the diagram draws it."""
+
     source: str
     target: str
     kind: str  # "answer", "unknown", "branch", "default", "fallback"
@@ -62,6 +64,8 @@ class Route:
 
 @dataclass(frozen=True)
 class Layout:
+    """The placed boxes and routes of the diagram, and its size."""
+
     boxes: dict[str, Box]
     routes: tuple[Route, ...]
     width: float

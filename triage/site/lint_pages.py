@@ -34,17 +34,20 @@ def rules_markdown(kb: KnowledgeBase, links: Links) -> str:
 
 
 def rule_page(rule: Rule, kb: KnowledgeBase, mdh: MarkdownHtml) -> str:
+    """The HTML page of one lint rule."""
     body = mdh.block(rule_markdown(rule, kb, HTML_LINKS), ids=set(LAYOUT_IDS))
     main = f'<article class="entry-page rule-page">\n{body}\n<p><a href="{RULES_PAGE}.html">All lint rules</a></p></article>'
     return layout(f"{rule_title(rule)} · triage", main, current=RULES_PAGE, description=rule.message)
 
 
 def rules_page(kb: KnowledgeBase, mdh: MarkdownHtml) -> str:
+    """The HTML page listing every lint rule."""
     main = f'<article class="entry-page">\n{mdh.block(rules_markdown(kb, HTML_LINKS), ids=set(LAYOUT_IDS))}\n</article>'
     return layout(f"{RULES_TITLE} · triage", main, current=RULES_PAGE, description=RULES_TITLE)
 
 
 def html_files(kb: KnowledgeBase, mdh: MarkdownHtml) -> dict[str, str]:
+    """The lint rules' HTML pages by file name."""
     files = {f"{RULES_PAGE}.html": rules_page(kb, mdh)}
     for rule in RULES.values():
         files[f"{rule.code}.html"] = rule_page(rule, kb, mdh)
@@ -52,6 +55,7 @@ def html_files(kb: KnowledgeBase, mdh: MarkdownHtml) -> dict[str, str]:
 
 
 def markdown_files(kb: KnowledgeBase) -> dict[str, str]:
+    """The lint rules' Markdown pages by file name."""
     files = {f"{RULES_PAGE}.md": rules_markdown(kb, MARKDOWN_LINKS)}
     for rule in RULES.values():
         files[f"{rule.code}.md"] = rule_markdown(rule, kb, MARKDOWN_LINKS)

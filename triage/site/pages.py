@@ -97,10 +97,12 @@ def verify_badge(entry: Entry, *, link: str = "") -> str:
 
 
 def scope_badge(entry: Entry) -> str:
+    """The badge of an out-of-scope entry."""
     return "" if entry.covered else f'<span class="badge outside">{OUT_OF_SCOPE_LABEL}</span>'
 
 
 def index_page(kb: KnowledgeBase, mdh: MarkdownHtml) -> str:
+    """The site's front page: every section and entry."""
     by_section: dict[str, list[Entry]] = {}
     for entry in kb.entries.values():
         by_section.setdefault(entry.section, []).append(entry)
@@ -148,6 +150,7 @@ def _legend_badge() -> str:
 
 
 def entry_page(entry: Entry, kb: KnowledgeBase, mdh: MarkdownHtml) -> str:
+    """The HTML page of one entry."""
     ids = set(LAYOUT_IDS)
     sections = entry_sections(entry, kb, HTML_LINKS)
     ids.update(s.anchor for s in sections)
@@ -201,6 +204,7 @@ def entry_page(entry: Entry, kb: KnowledgeBase, mdh: MarkdownHtml) -> str:
 
 
 def graph_page(kb: KnowledgeBase, mdh: MarkdownHtml, svg: str) -> str:
+    """The HTML page of the decision graph, with its diagram."""
     # Node ids are lower_snake_case, so the hyphenated ids of the page furniture never clash.
     ids = set(LAYOUT_IDS) | set(kb.graph.nodes) | {f"{n}-h" for n in kb.graph.nodes}
     ids |= {"graph-diagram", "what-you-see"}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from triage.core import matcher
+from triage.core import matcher, safe_regex
 from triage.core.model import KnowledgeBase
 from triage.core.text import STOPWORDS
 
@@ -26,6 +26,7 @@ def _plain(text: str) -> str:
 
 
 def search_data(kb: KnowledgeBase) -> dict[str, object]:
+    """The data the in-browser search ranks with (the matcher's index)."""
     index = matcher.index_for(kb)
     full = matcher.build_index_data(kb)  # per-entry term weights (compiled.json keeps postings)
     full_docs = full["docs"]
@@ -53,7 +54,11 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
                 "tf": [[number[t], round(w, 6)] for t, w in sorted(full_docs[entry.id]["tf"].items())],
                 "length": round(doc.length, 6),
                 "phrases": phrases,
-                "signatures": [[s.pattern, s.weight, s.echo] for s in entry.signatures],
+                # [the pattern with its repeats bounded, weight, echo, literal, reach]: searched in
+                # the same windows as `ask` searches (triage.core.safe_regex)
+                "signatures": [
+                    [sig.safe, sig.weight, sig.echo, sig.literal, sig.reach] for sig in doc.signatures
+                ],
             }
         )
     variants = {v.lower(): c.lower() for c, words in kb.vocabulary.items() for v in words}
@@ -68,6 +73,9 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
             "calMidpoint": matcher.CAL_MIDPOINT,
             "echoFactor": matcher.ECHO_FACTOR,
             "noMatchBelow": matcher.NO_MATCH_BELOW,
+            "maxFuzzyTokens": matcher.MAX_FUZZY_TOKENS,
+            "matchChars": safe_regex.MATCH_CHARS,
+            "maxWindows": safe_regex.MAX_WINDOWS,
         },
         "stopwords": sorted(STOPWORDS),
         "vocabulary": dict(sorted(variants.items())),
@@ -80,6 +88,7 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
 
 
 def search_script(kb: KnowledgeBase) -> str:
+    """The search data as a JavaScript file."""
     payload = json.dumps(search_data(kb), ensure_ascii=False, separators=(",", ":"))
     # U+2028/2029 are valid in JSON but end a line in older JavaScript engines.
     payload = payload.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")

@@ -25,7 +25,7 @@ from triage.core.errors import UserError
 from triage.core.facts import ProbeOptions, ProbeResult, ProbeRunner
 from triage.core.model import ProbeNode, QuestionNode
 from triage.core.session import Session
-from triage.core.suggest import NOTHING, Suggestion, Suggestions, suggest
+from triage.core.suggest import NOTHING, Suggestion, Suggestions, reply, suggest
 from triage.render.conversation import conversation
 from triage.tui.modals import ProbesScreen, open_override
 from triage.tui.widgets import Breadcrumb, ProbeStatus, SearchBox, SuggestionList, Transcript
@@ -366,26 +366,24 @@ class WalkScreen(Screen[None]):
         at = len(position.trail)
         self.clear_search()
         self.query_one("#options").focus()
-        weak = found.verdict == "no_match" and not explicit
-        if item is None or (item.kind == "entry" and weak):
-            closest = f" The closest entry is {item.entry_id}, but it is a weak match." if item else ""
-            self.notes.setdefault(at, []).append(
-                f"I could not match “{text}” to an answer or an entry.{closest} "
-                "Pick an answer, or try other words."
-            )
-            self.show_position(open_leaf=False)
-        elif item.kind == "option" and isinstance(position.node, QuestionNode) and item.option is not None:
-            self.answer(position.node, str(item.option + 1), own_words=text)
-        elif item.entry_id is not None and (explicit or not position.trail or position.leaf is not None):
-            self.open_entry(item.entry_id, how=f"Opened from the search “{text}”.")
+        what = reply(
+            found,
+            text,
+            chosen=item,
+            explicit=explicit,
+            mid_walk=bool(position.trail) and position.leaf is None,
+            can_answer=isinstance(position.node, QuestionNode),
+        )
+        if what.action == "answer" and isinstance(position.node, QuestionNode) and what.option is not None:
+            self.answer(position.node, str(what.option + 1), own_words=text)
+        elif what.action == "open" and what.entry_id is not None:
+            self.open_entry(what.entry_id, how=what.message)
         else:
-            entries = found.entries[:3]
-            self.suspects = [e.entry_id for e in entries if e.entry_id]
-            names = "".join(f"\n  {e.entry_id} ({round(e.score * 100)}%) {e.label}" for e in entries)
-            self.notes.setdefault(at, []).append(
-                f"“{text}” does not fit this question; it sounds like a different problem. "
-                f"I now suspect:{names}\nPress j to jump to {self.suspects[0]}, or keep answering."
-            )
+            jump = ""
+            if what.action == "suspect":
+                self.suspects = [e.entry_id for e in what.suspects if e.entry_id]
+                jump = f"\nPress j to jump to {self.suspects[0]}, or keep answering." if self.suspects else ""
+            self.notes.setdefault(at, []).append(what.message + jump)
             self.show_position(open_leaf=False)
 
     def clear_search(self) -> None:

@@ -35,12 +35,16 @@ class Group:
 
 @dataclass(frozen=True)
 class Diagnosis:
+    """An entry the hang points at, with the evidence."""
+
     entry: str
     evidence: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class HangPicture:
+    """What every rank of a hung job is doing, grouped, and the verdict."""
+
     ranks: tuple[RankState, ...]
     groups: tuple[Group, ...]
     suspect_ranks: tuple[int, ...]

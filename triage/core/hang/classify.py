@@ -76,6 +76,7 @@ class RankState:
 
 
 def is_library(path: str) -> bool:
+    """Whether a frame's file belongs to a library rather than the user's code."""
     return any(mark in path for mark in _LIBRARY_MARKS) or path.startswith("<")
 
 

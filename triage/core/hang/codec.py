@@ -28,6 +28,7 @@ def _frame(frame: Frame | None, context: LineContext | None) -> dict[str, Any] |
 
 
 def state_json(state: RankState) -> dict[str, Any]:
+    """One rank's state as JSON data."""
     return {
         "rank": state.rank,
         "pid": state.pid,
@@ -42,6 +43,7 @@ def state_json(state: RankState) -> dict[str, Any]:
 
 
 def picture_json(picture: HangPicture, slots: int) -> dict[str, Any]:
+    """A hang picture as JSON data (the `triage hang --json` schema)."""
     return {
         "schema": SCHEMA,
         "verdict": picture.verdict,

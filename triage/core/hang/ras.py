@@ -40,6 +40,8 @@ class RasComm:
 
 @dataclass(frozen=True)
 class RasStatus:
+    """What NCCL's RAS port says about the communicators and dead processes."""
+
     comms: tuple[RasComm, ...] = ()
     dead_processes: int = 0
 

@@ -21,6 +21,8 @@ class LaunchFacts:
 
 @dataclass
 class Context:
+    """What a lint rule sees: the parsed script, its rank model and wrappers."""
+
     script: Script
     ranks: RankModel
     wrappers: Wrappers

@@ -31,6 +31,8 @@ _FLAGS = frozenset(
 
 @dataclass(frozen=True)
 class Launch:
+    """One launch command in a shell script and the settings it passes."""
+
     line: int  # 1-based line of the command in the shell file
     script: str  # the training script as written (a path, or "-m pkg.mod" for a module)
     max_restarts: int

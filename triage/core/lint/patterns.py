@@ -57,8 +57,8 @@ class WorldSize:
         self.script = script
         self.names: set[str] = set()
         for _ in range(2):
-            for node in ast.walk(script.tree):
-                if isinstance(node, ast.Assign) and self.is_world_size(node.value):
+            for node in script.of_type(ast.Assign):
+                if self.is_world_size(node.value):
                     self.names.update(dotted(t) for t in node.targets if dotted(t))
 
     def is_world_size(self, expr: ast.AST) -> bool:
@@ -83,6 +83,15 @@ class WorldSize:
         return any(self.is_world_size(node) for node in ast.walk(expr))
 
 
+def world_size(script: Script) -> WorldSize:
+    """The script's WorldSize recogniser, built once and shared by the checks."""
+    found = script.cache.get("world_size")
+    if not isinstance(found, WorldSize):
+        found = WorldSize(script)
+        script.cache["world_size"] = found
+    return found
+
+
 def is_optimizer_step(call: Call) -> bool:
     """`optimizer.step()`, `opt.step()`, `scaler.step(optimizer)`: an update of the weights."""
     if call.tail != "step" or call.receiver is None:
@@ -92,12 +101,14 @@ def is_optimizer_step(call: Call) -> bool:
 
 
 def is_backward(call: Call) -> bool:
+    """Whether a call is `loss.backward()` (not torch.autograd.backward)."""
     return (
         call.tail == "backward" and call.receiver is not None and not call.name.startswith("torch.autograd")
     )
 
 
 def accumulation_like(text: str) -> bool:
+    """Whether a name looks like a gradient-accumulation counter."""
     lowered = text.lower()
     return "accum" in lowered or "grad_acc" in lowered or lowered.endswith(("_gas", "gas"))
 
@@ -114,6 +125,7 @@ def loops_of(script: Script, node: ast.AST) -> list[ast.For | ast.While | ast.As
 
 
 def has_modulo(expr: ast.AST) -> bool:
+    """Whether an expression contains a `%`."""
     return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(expr))
 
 
@@ -129,5 +141,6 @@ def enclosing_ifs(script: Script, node: ast.AST, stop: ast.AST | None = None) ->
 
 
 def kwarg_true(call: Call, name: str) -> bool:
+    """Whether a call passes `name=True`."""
     value = call.kwarg(name)
     return isinstance(value, ast.Constant) and value.value is True

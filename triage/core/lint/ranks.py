@@ -61,6 +61,9 @@ MAIN_NAMES = frozenset(
         "is_world_process_zero",
         "is_local_process_zero",
         "is_master_ordinal",
+        "is_primary",
+        "is_rank_0",
+        "is_chief",
     }
 )
 MAIN_DECORATORS = frozenset(
@@ -83,6 +86,7 @@ class Gate:
 
 
 def negate(side: Side) -> Side:
+    """The other side of a rank condition."""
     return {"zero": "nonzero", "nonzero": "zero", "other": "other"}[side]  # type: ignore[return-value]
 
 
@@ -232,6 +236,8 @@ class RankModel:
             return sides.pop() if len(sides) == 1 else "zero" if "zero" in sides else "other"
         if isinstance(test, ast.Compare):
             return self._compare(test, scope)
+        if isinstance(test, ast.Name | ast.Attribute | ast.Call) and self.rank_kind(test, scope):
+            return "nonzero"  # `if rank:` holds on every rank but 0
         if isinstance(test, ast.Name):
             found = self._lookup(self.preds, test.id, scope)
             if found is not None:
@@ -304,10 +310,16 @@ class RankModel:
     # -- collecting names and helpers ------------------------------------------------------
 
     def _collect_names(self) -> None:
-        for node in ast.walk(self.script.tree):
+        script = self.script
+        bindings: list[ast.Assign | ast.AnnAssign | ast.NamedExpr] = [
+            *script.of_type(ast.Assign),
+            *script.of_type(ast.AnnAssign),
+            *script.of_type(ast.NamedExpr),
+        ]
+        for node in bindings:
             if isinstance(node, ast.Assign):
                 value, targets = node.value, node.targets
-            elif isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+            elif node.value is not None:
                 value, targets = node.value, [node.target]
             else:
                 continue
@@ -339,10 +351,13 @@ class RankModel:
             table.setdefault(self.script.tree, {})[dotted(target)] = value
 
     def _collect_functions(self) -> None:
+        returns: dict[ast.AST, list[ast.Return]] = {}
+        for node in self.script.of_type(ast.Return):
+            returns.setdefault(self.script.scope_of(node), []).append(node)
         for name, defs in self.script.functions.items():
             function = defs[0]
-            for node in ast.walk(function):
-                if isinstance(node, ast.Return) and node.value is not None:
+            for node in returns.get(function, []):
+                if node.value is not None:
                     kind = self.rank_kind(node.value, function)
                     if kind is not None:
                         self.rank_functions[name] = kind

@@ -128,7 +128,7 @@ RULES = (TRG052, TRG053, TRG054)
 
 
 def _no_sync_blocks(ctx: Context) -> Iterator[tuple[ast.With, ast.expr]]:
-    for node in ast.walk(ctx.script.tree):
+    for node in [*ctx.script.of_type(ast.With), *ctx.script.of_type(ast.AsyncWith)]:
         if isinstance(node, ast.With | ast.AsyncWith):
             for item in node.items:
                 expr = item.context_expr
@@ -218,5 +218,6 @@ def _check_missing_no_sync(ctx: Context) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     yield from _check_no_sync_blocks(ctx)
     yield from _check_missing_no_sync(ctx)

@@ -33,7 +33,8 @@ TRG021 = Rule(
     finds=(
         "A collective (`dist.barrier`, `all_reduce`, `all_gather`, `broadcast`, ...,"
         " `accelerator.wait_for_everyone`, `accelerator.gather`, Lightning's `trainer.save_checkpoint`,"
-        " a DeepSpeed engine's `save_checkpoint`, the forward of an FSDP model, the"
+        " a DeepSpeed engine's `save_checkpoint`, Lightning Fabric's `barrier`/`all_reduce`/`all_gather`/"
+        "`broadcast`, the forward of an FSDP model, the"
         " `torch.distributed.checkpoint` state-dict functions) inside `if rank == 0:`, its `else`,"
         " after `if rank != 0: return`, or in a `@rank_zero_only` function. It also finds a function"
         " of the same file that runs a collective, called under such a condition. Rank conditions are"
@@ -144,6 +145,7 @@ _STATE_DICT_COLLECTIVES = frozenset(
 _ACCELERATOR_CERTAIN = frozenset(
     {"wait_for_everyone", "gather", "gather_for_metrics", "reduce", "pad_across_processes"}
 )
+_FABRIC_CERTAIN = frozenset({"barrier", "all_reduce", "all_gather", "broadcast"})
 _ACCELERATOR_MAYBE = frozenset({"save_state", "load_state", "get_state_dict", "save_model"})
 _HELPER_TAILS = frozenset(
     {
@@ -200,6 +202,16 @@ def communication(ctx: Context, call: Call) -> Communication | None:
         if tail in _ACCELERATOR_MAYBE:
             return Communication(call.node, f"accelerator.{tail}()", False, f"accelerator.{tail}")
     receiver_kind = wrappers.kind(call.receiver, call.scope)
+    receiver = dotted(call.receiver) if call.receiver is not None else ""
+    lightning = "lightning" in ctx.script.frameworks
+    if lightning and receiver_kind is None and receiver.rsplit(".", 1)[-1] in ("trainer", "fabric"):
+        receiver_kind = "lightning_trainer" if receiver.endswith("trainer") else "fabric"
+    if receiver_kind == "fabric" and tail in _FABRIC_CERTAIN:
+        return Communication(call.node, f"fabric.{tail}()", True, f"fabric.{tail}")
+    if receiver_kind == "fabric" and tail in ("save", "load"):
+        return Communication(call.node, f"fabric.{tail}()", False, f"fabric.{tail}")
+    if lightning and receiver == "self" and tail == "all_gather":
+        return Communication(call.node, "self.all_gather()", True, "self.all_gather")
     if tail == "save_checkpoint" and receiver_kind in ("lightning_trainer", "deepspeed"):
         what = "Lightning's trainer" if receiver_kind == "lightning_trainer" else "the DeepSpeed engine's"
         return Communication(call.node, f"{what} save_checkpoint()", True, f"{receiver_kind}.save_checkpoint")
@@ -286,6 +298,7 @@ def _candidates(ctx: Context) -> Iterator[_Candidate]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     candidates = list(_candidates(ctx))
     # Rank 0 and the other ranks each reaching the same collective in one function is the
     # "others wait, rank 0 works, rank 0 releases" pattern: every rank calls it once.

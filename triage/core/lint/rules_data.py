@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.patterns import WorldSize, is_backward
+from triage.core.lint.patterns import is_backward, world_size
 from triage.core.lint.script import Call, Scope, dotted
 
 TRG009 = Rule(
@@ -107,8 +107,8 @@ def _check_uneven(ctx: Context) -> Iterator[Finding]:
     script = ctx.script
     if not _synchronises(ctx) or "Join" in script.imports or any(script.calls("Join")):
         return
-    world = WorldSize(script)
-    for node in ast.walk(script.tree):
+    world = world_size(script)
+    for node in [*script.of_type(ast.Subscript), *script.of_type(ast.ClassDef)]:
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
             part = node.slice
             if part.lower is None or part.step is None or part.upper is not None or _truncated(node.value):
@@ -179,9 +179,7 @@ def _rank_length(ctx: Context, iterable: ast.AST, loop: ast.AST, depth: int = 0)
 
 def _check_rank_loops(ctx: Context) -> Iterator[Finding]:
     """A training loop whose number of steps depends on the rank."""
-    for loop in ast.walk(ctx.script.tree):
-        if not isinstance(loop, ast.For):
-            continue
+    for loop in ctx.script.of_type(ast.For):
         cause = _rank_length(ctx, loop.iter, loop)
         if cause is None:
             continue
@@ -240,20 +238,29 @@ def _handed_away(ctx: Context, call: Call) -> bool:
     """Whether the sampler is passed to code in another module, which may call set_epoch itself."""
     parent = ctx.script.parents.get(call.node)
     names = {dotted(t) for t in parent.targets} if isinstance(parent, ast.Assign) else set()
-    names.discard("")
-    if not names:
-        return False
+    return bool(names & _external_arguments(ctx))
+
+
+def _external_arguments(ctx: Context) -> set[str]:
+    """Names passed to calls into other modules (not torch, not this file's own functions)."""
+    found = ctx.script.cache.get("external_arguments")
+    if isinstance(found, set):
+        return found
+    names: set[str] = set()
     for other in ctx.script.call_list:
-        args = [*other.node.args, *(k.value for k in other.node.keywords)]
-        if not any(dotted(a) in names for a in args):
-            continue
         if other.name.startswith("torch") or other.tail == "DataLoader":
             continue
-        if ctx.script.local_function(other.node) is None:
-            return True
-    return False
+        if ctx.script.local_function(other.node) is not None:
+            continue
+        for arg in [*other.node.args, *(k.value for k in other.node.keywords)]:
+            if isinstance(arg, ast.Name | ast.Attribute):
+                names.add(dotted(arg))
+    names.discard("")
+    ctx.script.cache["external_arguments"] = names
+    return names
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     yield from _check_uneven(ctx)
     yield from _check_set_epoch(ctx)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.patterns import OPTIMIZER_TAILS, WorldSize, kwarg_true
+from triage.core.lint.patterns import OPTIMIZER_TAILS, WorldSize, kwarg_true, world_size
 from triage.core.lint.script import Call, dotted
 
 TRG008 = Rule(
@@ -164,7 +164,7 @@ def _check_unused(ctx: Context) -> Iterator[Finding]:
 
 def _batchnorm_evidence(ctx: Context) -> ast.AST | None:
     script = ctx.script
-    for node in ast.walk(script.tree):
+    for node in [*script.of_type(ast.Attribute), *script.of_type(ast.Name), *script.of_type(ast.Call)]:
         if isinstance(node, ast.Attribute | ast.Name):
             name = script.qual(node) or ""
             tail = name.rsplit(".", 1)[-1]
@@ -217,7 +217,7 @@ def _world_size_considered(ctx: Context, world: WorldSize) -> bool:
     script = ctx.script
     if any(kwarg_true(c, "split_batches") for c in script.call_list):
         return True
-    for node in ast.walk(script.tree):
+    for node in [*script.of_type(ast.BinOp), *script.of_type(ast.AugAssign), *script.of_type(ast.Assign)]:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div | ast.FloorDiv):
             if world.mentioned_in(node.right):
                 return True
@@ -243,7 +243,7 @@ def _lr_name(target: ast.AST) -> bool:
 def _check_lr(ctx: Context) -> Iterator[Finding]:
     if not ctx.wrappers.of_kind("ddp", "fsdp", "fsdp2", "prepared", "deepspeed"):
         return
-    world = WorldSize(ctx.script)
+    world = world_size(ctx.script)
     optimizers = [
         c
         for c in ctx.script.call_list
@@ -311,6 +311,7 @@ def _check_compile_order(ctx: Context) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     yield from _check_unused(ctx)
     yield from _check_batchnorm(ctx)
     yield from _check_lr(ctx)

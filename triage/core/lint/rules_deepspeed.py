@@ -173,7 +173,8 @@ def _double_accumulation(ctx: Context, used: list[Call], calls: list[Call]) -> I
             gates = [
                 i
                 for i in enclosing_ifs(ctx.script, call.node)
-                if has_modulo(i.test) or accumulation_like(ctx.script.text(i.test, 200))
+                if (has_modulo(i.test) or accumulation_like(ctx.script.text(i.test, 200)))
+                and not _steps_in_both(ctx, i, dotted(call.node.func))
             ]
             if gates:
                 yield ctx.finding(
@@ -198,6 +199,17 @@ def _double_accumulation(ctx: Context, used: list[Call], calls: list[Call]) -> I
                     "the loss is divided by the accumulation steps before engine.backward(), which divides by"
                     " gradient_accumulation_steps again: every gradient is that many times too small",
                 )
+
+
+def _steps_in_both(ctx: Context, branch: ast.If, step: str) -> bool:
+    """`if boundary: ... engine.step() else: engine.step()`: every micro-batch steps after all."""
+
+    def steps(body: list[ast.stmt]) -> bool:
+        return any(
+            isinstance(n, ast.Call) and dotted(n.func) == step for stmt in body for n in ast.walk(stmt)
+        )
+
+    return steps(branch.body) and steps(branch.orelse)
 
 
 def _divided_before(ctx: Context, name: str, at: Call) -> bool:
@@ -242,6 +254,7 @@ def _check_accelerate(ctx: Context, calls: list[Call], scope: Scope) -> Iterator
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     if not ({"deepspeed", "accelerate"} & ctx.script.frameworks):
         return
     for calls in _by_scope(ctx).values():

@@ -264,6 +264,7 @@ def _check_device_map(ctx: Context) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     yield from _check_global_rank(ctx)
     yield from _check_unbound(ctx)
     yield from _check_load(ctx)

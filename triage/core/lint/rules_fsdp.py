@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.patterns import WorldSize, loops_of
+from triage.core.lint.patterns import loops_of, world_size
 from triage.core.lint.script import Call, const_int
 
 TRG012 = Rule(
@@ -264,8 +264,8 @@ def _literal_size(expr: ast.AST) -> int | None:
 
 
 def _check_mesh(ctx: Context) -> Iterator[Finding]:
-    world = WorldSize(ctx.script)
-    checked = any(isinstance(n, ast.Assert) and world.mentioned_in(n.test) for n in ast.walk(ctx.script.tree))
+    world = world_size(ctx.script)
+    checked = any(world.mentioned_in(n.test) for n in ctx.script.of_type(ast.Assert))
     if checked:
         return
     for call in ctx.script.calls("init_device_mesh", "DeviceMesh"):
@@ -286,6 +286,7 @@ def _check_mesh(ctx: Context) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     yield from _check_wrap(ctx)
     yield from _check_precision(ctx)
     yield from _check_scaler(ctx)

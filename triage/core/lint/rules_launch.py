@@ -143,5 +143,6 @@ def _check_restarts(ctx: Context) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     yield from _check_timeout(ctx)
     yield from _check_restarts(ctx)

@@ -100,7 +100,7 @@ def _mentions_rank(ctx: Context, expr: ast.AST, call: Call) -> bool:
     for node in ast.walk(expr):
         if isinstance(node, ast.Name | ast.Attribute | ast.Call) and ctx.ranks.rank_kind(node, call.scope):
             return True
-        if isinstance(node, ast.Name | ast.Attribute) and "rank" in ctx.script.text(node, 80).lower():
+        if isinstance(node, ast.Name | ast.Attribute) and "rank" in dotted(node).lower():
             return True
     return False
 
@@ -181,5 +181,6 @@ def _check_prints(ctx: Context) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """Every finding of this module's rules on one script."""
     yield from _check_writes(ctx)
     yield from _check_prints(ctx)

@@ -15,11 +15,13 @@ import re
 import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from triage.core.errors import UserError
 
 Scope = ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+T = TypeVar("T", bound=ast.AST)
 MAX_SOURCE_CHARS = 5_000_000  # larger than any training script; refuse generated blobs
 
 # Framework markers: the first component of a resolved name, or a resolved name, and what it means.
@@ -51,10 +53,10 @@ class Call:
     node: ast.Call
     name: str  # resolved dotted name, "" when the callee is not a plain name/attribute chain
     scope: Scope
+    tail: str = ""  # the last part of `name`: `barrier` for `torch.distributed.barrier`
 
-    @property
-    def tail(self) -> str:
-        return self.name.rsplit(".", 1)[-1]
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tail", self.name.rsplit(".", 1)[-1])
 
     @property
     def receiver(self) -> ast.expr | None:
@@ -111,6 +113,10 @@ def _syntax_error(path: str, exc: SyntaxError) -> ast.Module:
     raise SourceError(path, f"syntax error: {exc.msg}", exc.lineno) from None
 
 
+def _position(node: ast.AST) -> tuple[int, int]:
+    return getattr(node, "lineno", 0), getattr(node, "col_offset", 0)
+
+
 def dotted(expr: ast.AST) -> str:
     """`self.model`, `args.local_rank`: the literal text of a name or attribute chain, else ""."""
     if isinstance(expr, ast.Name):
@@ -122,6 +128,7 @@ def dotted(expr: ast.AST) -> str:
 
 
 def const_int(expr: ast.AST) -> int | None:
+    """The integer an expression is written as, or None."""
     if isinstance(expr, ast.Constant) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
         return expr.value
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
@@ -138,6 +145,8 @@ class Script:
         self.path = path
         self.tree = tree if tree is not None else parse(source, path)
         self.lines = source.splitlines()
+        self._encoded: list[bytes] | None = None
+        self.cache: dict[str, object] = {}  # per-script results the checks share (WorldSize)
         self.parents: dict[ast.AST, ast.AST] = {}
         self.imports: dict[str, str] = {}
         self.functions: dict[str, list[FunctionNode]] = {}
@@ -147,52 +156,86 @@ class Script:
         # literal: "does this script mention no_sync" without matching comments or docstrings.
         self.words: set[str] = set()
         self.strings: set[str] = set()
+        # One walk of the tree: every node's function (or module) and every node by type, so the
+        # checks never walk the whole tree again.
+        self._scopes: dict[ast.AST, Scope] = {}
+        self._by_type: dict[type[ast.AST], list[ast.AST]] = {}
         self._index()
         self.frameworks = self._frameworks()
 
     # -- indexing --------------------------------------------------------------------------
 
     def _index(self) -> None:
+        # One pass over every node, dispatching on the exact type (faster than isinstance chains,
+        # which matters: this loop is most of the time a lint takes).
         stack: list[tuple[ast.AST, Scope]] = [(self.tree, self.tree)]
         raw_calls: list[tuple[ast.Call, Scope]] = []
+        parents, scopes, by_type = self.parents, self._scopes, self._by_type
+        words, strings = self.words, self.strings
+        function_types = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+        pop, push = stack.pop, stack.append
         while stack:
-            node, scope = stack.pop()
-            inner: Scope = (
-                node if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) else scope
-            )
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                self.functions.setdefault(node.name, []).append(node)
-                self.words.add(node.name)
-            elif isinstance(node, ast.ClassDef):
-                self.classes.setdefault(node.name, node)
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.asname:
-                        self.imports[alias.asname] = alias.name
-                    else:
-                        root = alias.name.split(".", 1)[0]
-                        self.imports[root] = root
-            elif isinstance(node, ast.ImportFrom):
-                module = "." * node.level + (node.module or "")
-                for alias in node.names:
-                    if alias.name != "*":
-                        self.imports[alias.asname or alias.name] = f"{module}.{alias.name}"
-                        self.words.add(alias.name)
-            elif isinstance(node, ast.Call):
-                raw_calls.append((node, scope))
-            elif isinstance(node, ast.Name):
-                self.words.add(node.id)
-            elif isinstance(node, ast.Attribute):
-                self.words.add(node.attr)
-            elif isinstance(node, ast.keyword) and node.arg:
-                self.words.add(node.arg)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 200:
-                self.strings.add(node.value)
-            for child in ast.iter_child_nodes(node):
-                self.parents[child] = node
-                stack.append((child, inner))
+            node, scope = pop()
+            kind = type(node)
+            scopes[node] = scope
+            bucket = by_type.get(kind)
+            if bucket is None:
+                by_type[kind] = [node]
+            else:
+                bucket.append(node)
+            if kind is ast.Name:
+                words.add(node.id)  # type: ignore[attr-defined]
+                continue  # a Name's only child is its context
+            if kind is ast.Call:
+                raw_calls.append((node, scope))  # type: ignore[arg-type]
+            elif kind is ast.Attribute:
+                words.add(node.attr)  # type: ignore[attr-defined]
+            elif kind is ast.Constant:
+                value = node.value  # type: ignore[attr-defined]
+                if isinstance(value, str) and len(value) < 200:
+                    strings.add(value)
+                continue
+            elif kind is ast.keyword:
+                if node.arg:  # type: ignore[attr-defined]
+                    words.add(node.arg)  # type: ignore[attr-defined]
+            elif kind in function_types:
+                if kind is not ast.Lambda:
+                    self.functions.setdefault(node.name, []).append(node)  # type: ignore[attr-defined,arg-type]
+                    words.add(node.name)  # type: ignore[attr-defined]
+            elif kind is ast.ClassDef:
+                self.classes.setdefault(node.name, node)  # type: ignore[attr-defined,arg-type]
+            elif kind is ast.Import or kind is ast.ImportFrom:
+                self._import(node)  # type: ignore[arg-type]
+            inner: Scope = node if kind in function_types else scope  # type: ignore[assignment]
+            for field in node._fields:
+                value = getattr(node, field, None)
+                if type(value) is list:
+                    for item in value:
+                        if isinstance(item, ast.AST):
+                            parents[item] = node
+                            push((item, inner))
+                elif isinstance(value, ast.AST):
+                    parents[value] = node
+                    push((value, inner))
+        for nodes in by_type.values():
+            nodes.sort(key=_position)
         raw_calls.sort(key=lambda item: (item[0].lineno, item[0].col_offset))
         self.call_list = [Call(node, self.qual(node.func) or "", scope) for node, scope in raw_calls]
+
+    def _import(self, node: ast.Import | ast.ImportFrom) -> None:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    self.imports[alias.asname] = alias.name
+                else:
+                    root = alias.name.split(".", 1)[0]
+                    self.imports[root] = root
+            return
+        module = "." * node.level + (node.module or "")
+        for alias in node.names:
+            if alias.name != "*":
+                self.imports[alias.asname or alias.name] = f"{module}.{alias.name}"
+                self.words.add(alias.name)
 
     def _frameworks(self) -> frozenset[str]:
         found: set[str] = set()
@@ -216,7 +259,7 @@ class Script:
                 key = call.node.args[0] if call.node.args else None
                 if isinstance(key, ast.Constant) and key.value in _RANK_ENV:
                     found.add("env")
-        for node in ast.walk(self.tree):
+        for node in self.of_type(ast.Subscript):
             if (
                 isinstance(node, ast.Subscript)
                 and dotted(node.value).endswith("environ")
@@ -245,7 +288,14 @@ class Script:
             return f"{base}()" if base else None
         return None
 
+    def of_type(self, kind: type[T]) -> list[T]:
+        """Every node of one type in the file, in source order."""
+        return self._by_type.get(kind, [])  # type: ignore[return-value]
+
     def scope_of(self, node: ast.AST) -> Scope:
+        known = self._scopes.get(node)
+        if known is not None:
+            return known
         current = self.parents.get(node)
         while current is not None:
             if isinstance(current, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.Module):
@@ -299,9 +349,24 @@ class Script:
 
     def text(self, node: ast.AST, limit: int = 60) -> str:
         """The source of a node on one line, shortened for messages."""
-        segment = ast.get_source_segment(self.source, node) or ""
+        segment = self._segment(node)
         segment = " ".join(segment.split())
         return segment if len(segment) <= limit else segment[: limit - 3] + "..."
+
+    def _segment(self, node: ast.AST) -> str:
+        # ast.get_source_segment splits the whole source on every call; column offsets are UTF-8
+        # byte offsets, so slice the encoded lines.
+        start, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        first, last = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
+        if start is None or end is None or first is None or last is None or end > len(self.lines):
+            return ""
+        if self._encoded is None:
+            self._encoded = [line.encode("utf-8") for line in self.lines]
+        rows = self._encoded[start - 1 : end]
+        if len(rows) == 1:
+            return rows[0][first:last].decode("utf-8", "replace")
+        parts = [rows[0][first:], *rows[1:-1], rows[-1][:last]]
+        return "\n".join(p.decode("utf-8", "replace") for p in parts)
 
     def line_text(self, line: int) -> str:
         return self.lines[line - 1] if 0 < line <= len(self.lines) else ""

@@ -15,7 +15,15 @@ from typing import Literal
 from triage.core.lint.script import Call, Scope, Script, dotted
 
 Kind = Literal[
-    "ddp", "fsdp", "fsdp2", "deepspeed", "prepared", "accelerator", "lightning_trainer", "hf_trainer"
+    "ddp",
+    "fsdp",
+    "fsdp2",
+    "deepspeed",
+    "prepared",
+    "accelerator",
+    "lightning_trainer",
+    "hf_trainer",
+    "fabric",
 ]
 
 _WRAPPER_TAILS: dict[str, Kind] = {
@@ -39,6 +47,8 @@ def wrapper_kind(script: Script, call: ast.Call) -> Kind | None:
         return "accelerator"
     if tail == "Trainer" and name.startswith(("lightning", "pytorch_lightning")):
         return "lightning_trainer"
+    if tail == "Fabric" and name.startswith("lightning"):
+        return "fabric"
     if tail in ("Trainer", "Seq2SeqTrainer", "SFTTrainer") and name.startswith(("transformers", "trl")):
         return "hf_trainer"
     if tail == "compile" and name.startswith("torch") and call.args and isinstance(call.args[0], ast.Call):

@@ -18,8 +18,12 @@ from dataclasses import dataclass, field
 
 MAX_BLOCKS = 400  # blocks kept in full; later ones only update the per-rank wait points
 
-_TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[\w<>.]+)')
+# A Python traceback, or faulthandler's dump of a thread (`Thread 0x... (most recent call first):`).
+_TRACEBACK = re.compile(
+    r"^\s*(Traceback \(most recent call last\):|(Current t|T)hread 0x[0-9a-f]+ \(most recent call first\):)"
+)
+# `File "x.py", line 3, in f` (traceback) and `File "x.py", line 3 in f` (faulthandler).
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>[\w<>.]+)')
 _OP_TYPE = re.compile(r"OpType=(?P<op>\w+)")
 _FINGERPRINT = re.compile(r"Rank (?P<rank>\d+) is running collective: CollectiveFingerPrint\((?P<body>[^)]*)")
 _FAILED = re.compile(r"timeout|timed out|mismatch|failed|error", re.IGNORECASE)  # not a progress line

@@ -6,6 +6,9 @@ substring, or one per branch of an alternation). A line is only handed to the re
 contains an anchor, which a byte search (or grep) finds at memory speed. Lines also pass when
 they carry the structural markers the scanner reads itself (a Python exception, torchrun's exit
 reports), listed in STRUCTURAL_ANCHORS.
+
+Every regex is compiled with its repeats bounded and searched in bounded windows
+(triage.core.safe_regex), so no line, however long or hostile, makes a scan hang.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 
 from triage.core.model import KnowledgeBase, Signature
 from triage.core.regex_literals import best_requirement
+from triage.core.safe_regex import MATCH_CHARS, bounded, reach, windows
 
 # Markers of lines the scanner parses itself, whatever the knowledge says (lower case).
 STRUCTURAL_ANCHORS: tuple[str, ...] = (
@@ -32,20 +36,34 @@ STRUCTURAL_ANCHORS: tuple[str, ...] = (
     "what():",
     "nccl warn",
     "last error:",  # NCCL's umbrella errors: the cause is on the next line
+    "(most recent call first)",  # faulthandler's dump of a thread
+    "terminated with the following error",  # mp.spawn naming the process whose traceback follows
+    " busid ",  # NCCL's `comm ... rank 1 nranks 2 cudaDev 0 busId 86000`: which GPU each rank holds
 )
 
 
 @dataclass(frozen=True)
 class CompiledSignature:
+    """A signature compiled for scanning, with its anchors."""
+
     entry_id: str
     index: int  # position in the entry's `signatures`
     signature: Signature
-    regex: re.Pattern[str]
+    regex: re.Pattern[str]  # compiled from the pattern with its repeats bounded (safe_regex.bounded)
     anchors: tuple[str, ...]  # lower-case; a match contains at least one ()= no anchor found)
+    reach: int = MATCH_CHARS  # how far a match can extend around an anchor
+
+    def search(self, text: str) -> bool:
+        """Whether the signature matches `text`; a long text only in windows around its anchors."""
+        if len(text) <= MATCH_CHARS:
+            return self.regex.search(text) is not None
+        return any(self.regex.search(part) for part in windows(text, text.lower(), self.anchors, self.reach))
 
 
 @dataclass(frozen=True)
 class SignatureSet:
+    """Every compiled signature, indexed by anchor."""
+
     signatures: tuple[CompiledSignature, ...]
     # anchor -> indexes into `signatures` that it can start
     by_anchor: dict[str, tuple[int, ...]]
@@ -63,11 +81,13 @@ def compile_signatures(kb: KnowledgeBase) -> SignatureSet:
     compiled: list[CompiledSignature] = []
     for entry in kb.entries.values():
         for index, sig in enumerate(entry.signatures):
+            pattern = bounded(sig.pattern)
             try:
-                regex = re.compile(sig.pattern, re.IGNORECASE)
+                regex = re.compile(pattern, re.IGNORECASE)
             except re.error:
                 continue  # `kb check` reports it; a scan should still run
-            compiled.append(CompiledSignature(entry.id, index, sig, regex, anchors_of(sig.pattern)))
+            anchors = anchors_of(sig.pattern)
+            compiled.append(CompiledSignature(entry.id, index, sig, regex, anchors, reach(pattern)))
     by_anchor: dict[str, list[int]] = {}
     unanchored = []
     for position, item in enumerate(compiled):

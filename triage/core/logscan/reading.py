@@ -25,34 +25,69 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-from triage.core.errors import UserError
+from triage.core import children
+from triage.core.errors import UserError, shown
 from triage.core.logscan.scanner import Scanner
 
 BLOCK_BYTES = 4 << 20
 HEAD_BYTES = 64 << 10  # binary sniffing looks at the start of a file, as grep does
 PIPE_BYTES = 1 << 20  # Linux's default limit for an unprivileged pipe; 64 KiB costs many switches
 _ERE_SPECIAL = set("\\.[]()*+?{}|^$")
+FIFO_WAIT_S = 3.0  # how long a named pipe may stay without a writer before it is refused
 
 
 def open_input(name: str) -> tuple[str, IO[bytes]]:
-    """The display name and an open binary stream for a log path, or `-` for stdin."""
+    """The display name and an open binary stream for a log path, or `-` for stdin.
+
+    Never blocks: a named pipe is opened without waiting for a writer and refused when nothing
+    writes to it within FIFO_WAIT_S (a pipe from `<(command)` has its writer already); a device
+    or a socket is refused outright."""
     if name == "-":
         return "<stdin>", sys.stdin.buffer
-    path = Path(name)
-    if path.is_dir():
-        raise UserError(f"{name}: is a directory, not a log file (pass the files in it, e.g. {name}/*.log)")
     try:
-        return name, path.open("rb")
+        mode = os.stat(name).st_mode
+    except OSError as exc:
+        raise _open_error(name, exc) from None
+    if stat.S_ISDIR(mode):
+        raise UserError(f"{name}: is a directory, not a log file (pass the files in it, e.g. {name}/*.log)")
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        kind = "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise UserError(f"{name}: is {kind}, not a log file")
+    try:
+        if stat.S_ISFIFO(mode):
+            return name, _open_pipe(name)
+        return name, Path(name).open("rb")
     except OSError as exc:
         raise _open_error(name, exc) from None
 
 
+def _open_pipe(name: str) -> IO[bytes]:
+    import select
+
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        anonymous = os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:")
+    except OSError:
+        anonymous = False
+    if not anonymous and hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        if not poller.poll(int(FIFO_WAIT_S * 1000)):
+            os.close(fd)
+            raise UserError(
+                f"{name}: is a named pipe (FIFO) and nothing wrote to it within {FIFO_WAIT_S:g} s;"
+                f" pipe the output in instead: `command | triage log -`"
+            )
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def _open_error(name: str, exc: OSError) -> UserError:
     if isinstance(exc, FileNotFoundError):
-        return UserError(f"{name}: no such file")
+        return UserError(f"{shown(name)}: no such file")
     if isinstance(exc, PermissionError):
-        return UserError(f"{name}: cannot be read (permission denied)")
-    return UserError(f"{name}: cannot be read ({exc.strerror or exc})")
+        return UserError(f"{shown(name)}: cannot be read (permission denied)")
+    return UserError(f"{shown(name)}: cannot be read ({exc.strerror or exc})")
 
 
 def choose_engine(choice: str, unanchored: tuple[int, ...]) -> str:
@@ -82,6 +117,7 @@ def sniff(name: str, head: bytes) -> None:
 
 
 def too_long(name: str, max_line: int) -> UserError:
+    """The error for a line longer than the limit."""
     return UserError(
         f"{name}: a line is longer than {max_line:,} bytes; this does not look like a text log"
         " (raise --max-line-bytes if it really is one)"
@@ -195,6 +231,7 @@ def ere(anchor: str) -> str:
 
 
 def grep_command(anchors: tuple[str, ...]) -> list[str]:
+    """The grep command line that finds lines holding any anchor."""
     # -E rather than -F: in the C locale GNU grep 3.8 runs ~250 case-folded literals given as -E
     # through its DFA, twice as fast as its multi-string search for -F. LC_ALL=C (see _popen)
     # keeps -i to ASCII folding, as bytes.lower() does in the python engine. -A1: the line after
@@ -275,7 +312,7 @@ def scan_grep(
 def _popen(command: list[str], stdin: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "LC_ALL": "C"}
     try:
-        return subprocess.Popen(command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        return children.popen(command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     except OSError as exc:
         raise UserError(f"grep could not be started ({exc.strerror or exc}); try --engine python") from None
 
@@ -323,7 +360,7 @@ def _collect(
         proc.stdout.close()
         message = proc.stderr.read().decode("utf-8", "replace").strip()
         proc.stderr.close()
-        code = proc.wait()
+        code = children.reap(proc)
     if failure:
         raise failure[0]
     if code not in (0, 1):

@@ -34,21 +34,34 @@ MISMATCH = "D21"  # ranks wait in collectives that will never pair up
 DESYNC_TOOLKIT = "D19"  # how to name the rank and collective (the desync debug toolkit)
 MISSING_TRACEBACK = "P4"  # a rank exited with an error and printed nothing
 RESTART = "MN5"  # torchrun restarted the worker group
+SHARED_GPU = "D3"  # two ranks of one host on one GPU
+EVERY_RANK_PRINTS = "D23"  # the same lines printed once per rank
 
 DIVERGED_SCORE = 0.85
 MISMATCH_SCORE = 1.1
 TOOLKIT_SCORE = 0.8
 MISSING_SCORE = 0.8
+SHARED_GPU_SCORE = 1.0
+DUPLICATES_SCORE = 0.55  # a finding only when nothing else is: duplicated output is not a crash
+MIN_DUPLICATED = 2  # distinct lines printed more than once before the output counts as duplicated
+_NOT_OUTPUT = re.compile(
+    r"^\s*(File \"|Traceback|\^+$|~+$|-+$|=+$|\*+$|\[?\w+ \d+:|\w*(Error|Exception|Warning)\b)"
+)
 SPECIFIC_WEIGHT = 0.9  # a signature this specific keeps its meaning even after a timeout
 # Launcher lines: torchrun reporting and tearing down, not a surviving worker's own output.
 _LAUNCHER = re.compile(
     r"torch/distributed/elastic/|ChildFailedError|Root Cause \(first observed|error_file:"
     r"|To enable traceback see|Sending process \d+ closing signal|sigkill_handler|^\s*traceback\s*:"
+    r"|^\s*exitcode\s*:|failed \(exitcode: -?\d+\) local_rank"
     r"|Signal \d+ \(SIG\w+\) received by PID",
     re.IGNORECASE,
 )
-# Exit codes of a process killed by a signal: not a Python exception with a missing traceback.
-_SIGNALLED = frozenset({-6, -9, -11, 134, 137, 139, 143})
+
+
+def signalled(code: int | None) -> bool:
+    """An exit status that says a signal ended the process (-N from torchrun, 128+N from a shell),
+    not a Python exception whose traceback could be missing."""
+    return code is not None and (code < 0 or code > 128)
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,11 @@ class Inferred:
     evidence: tuple[Event, ...]
     reason: str
     explains_first: bool
+
+
+def is_launcher(event: Event) -> bool:
+    """A line of the launcher reporting on its workers (an exit, the failure summary, a teardown)."""
+    return event.kind == "exit" or bool(_LAUNCHER.search(event.text))
 
 
 def is_context(event: Event) -> bool:
@@ -82,7 +100,7 @@ def consequences(events: list[Event]) -> list[Event]:
         rank = event.rank
         if event.kind == "hit" and event.role == "umbrella" and rank not in named_cause:
             event = dataclasses.replace(event, role="")  # no detail anywhere: the umbrella is the cause
-        if event.echo and not _LAUNCHER.search(event.text):
+        if event.echo and not is_launcher(event):
             waited.add(rank)
         elif (rank in waited and _follows_a_wait(event)) or (event.kind == "abort" and rank in failed):
             event = _as_echo(event)
@@ -96,7 +114,7 @@ def _follows_a_wait(event: Event) -> bool:
     if event.kind in ("terminate", "abort"):
         return True
     if event.kind == "exit":
-        return event.exit_code in _SIGNALLED
+        return signalled(event.exit_code)
     return event.kind == "hit" and event.weight < SPECIFIC_WEIGHT and event.role == ""
 
 
@@ -108,7 +126,7 @@ def survivor_echoes(events: list[Event], first: Event) -> list[Event]:
     """Echo lines printed by a worker other than the one that failed first (not the launcher)."""
     found = []
     for event in events:
-        if event.kind != "hit" or not event.echo or _LAUNCHER.search(event.text):
+        if event.kind != "hit" or not event.echo or is_launcher(event):
             continue
         if event.rank is not None and event.rank == first.rank:
             continue
@@ -129,6 +147,8 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
     pair = mismatch(scan.ranks.waits)
     if pair is not None:
         found.extend(_mismatch(pair, events, first))
+    found.extend(_shared_gpu(scan))
+    found.extend(_duplicated_output(scan))
     if first is None:
         return found
     restart = [e for e in events if e.kind == "hit" and e.entry_id == RESTART and not e.echo]
@@ -177,10 +197,55 @@ def _mismatch(pair: tuple[WaitPoint, WaitPoint], events: list[Event], first: Eve
     ]
 
 
+def _shared_gpu(scan: Scan) -> list[Inferred]:
+    """NCCL's `comm ... rank R ... busId B` lines: two ranks of one host on the same GPU."""
+    for (host, bus), ranks in sorted(scan.gpus.items()):
+        if len(ranks) > 1:
+            where = f" on {host}" if host else ""
+            listed = ", ".join(str(r) for r in sorted(ranks))
+            return [
+                Inferred(
+                    SHARED_GPU,
+                    SHARED_GPU_SCORE,
+                    (),
+                    f"ranks {listed} all use the GPU at busId {bus}{where}",
+                    True,
+                )
+            ]
+    return []
+
+
+def _duplicated_output(scan: Scan) -> list[Inferred]:
+    """Every rank printing the same progress lines: the start of the log shows lines (without
+    their rank prefix) repeated, as one copy per rank prints them."""
+    from collections import Counter
+
+    from triage.core.logscan.prefixes import split_prefix
+
+    counts: Counter[str] = Counter()
+    for head in scan.heads:
+        for line in head.splitlines():
+            body = split_prefix(line).body.strip()
+            if len(body) >= 20 and not _NOT_OUTPUT.match(body):
+                counts[body] += 1
+    repeated = [line for line, n in counts.items() if n > 1]
+    if len(repeated) < MIN_DUPLICATED or sum(counts[line] for line in repeated) * 2 < sum(counts.values()):
+        return []
+    return [
+        Inferred(
+            EVERY_RANK_PRINTS,
+            DUPLICATES_SCORE,
+            (),
+            f"{len(repeated)} lines are printed more than once, as when every rank prints them: {repeated[0][:80]!r}",
+            False,
+        )
+    ]
+
+
 def _missing_traceback(scan: Scan, first: Event) -> Inferred | None:
     """A worker that exited with an error status and printed nothing of its own. A traceback no
     prefix attributes to a rank may be that worker's: then nothing is missing."""
-    if first.kind != "exit" or first.rank is None or first.exit_code in _SIGNALLED:
+    if first.kind != "exit" or first.rank is None or signalled(first.exit_code):
         return None
     if first.exit_code is None or first.exit_code <= 0:
         return None
@@ -196,9 +261,19 @@ def _missing_traceback(scan: Scan, first: Event) -> Inferred | None:
 
 
 def substantive(event: Event, own_lines: set[int | None]) -> bool:
-    """A rank's own failure: what the first failure is chosen from."""
+    """A rank's own failure: what the first failure is chosen from (warnings come after these)."""
     if event.kind == "exit":
         return event.real and event.rank not in own_lines
     if event.kind == "hit":
-        return not event.echo and event.weight >= SUBSTANTIVE_WEIGHT and not is_context(event)
+        return not event.echo and event.weight >= SUBSTANTIVE_WEIGHT and event.role == ""
     return event.kind in ("exception", "terminate", "detail")
+
+
+def warning(event: Event) -> bool:
+    """A substantive signature on a warning line: the cause when no error line names one."""
+    return (
+        event.kind == "hit"
+        and not event.echo
+        and event.weight >= SUBSTANTIVE_WEIGHT
+        and event.role == "warning"
+    )

@@ -39,12 +39,19 @@ SIGTERM_EXIT = -15
 SUBSTANTIVE_WEIGHT = 0.5  # a weaker non-echo signature is a hint: it does not explain a line
 _FRAME_LINE = re.compile(r'^\s*(File "[^"]*", line \d+|frame #\d+:|#\d+ 0x[0-9a-f]+ in )')
 _LAST_ERROR = b"last error:"
-_GLOG_INFO = re.compile(r"^\s*\[?I\d{4} \d\d:\d\d:\d\d")
+# torch's C++ INFO lines (TORCH_CPP_LOG_LEVEL=INFO): `[I1122 20:26:58.941547227 file.cpp:710]`;
+# torchrun's own Python INFO lines (`I1122 20:38:52.899000 24270 ...api.py:942]`) report decisions
+# such as a restart, and stay.
+_GLOG_INFO = re.compile(r"^\s*\[I\d{4} \d\d:\d\d:\d\d")
+# glog WARNING lines: `[W1104 01:29:53.26 ...]`, `W1122 20:20:46.66 ...`, and older torch's `[W socket.cpp:436]`.
+_WARNING_LEVEL = re.compile(r"^\s*\[?W(\d{4} \d\d:\d\d:\d\d| [\w.]+:\d+\])")
 OWN_ERROR_KINDS = ("exception", "terminate", "abort", "warn", "detail")
 
 
 @dataclass(frozen=True)
 class Event:
+    """A line the scan noticed: a signature hit, an exit report or an error."""
+
     kind: str  # "hit" | "exit" | one of OWN_ERROR_KINDS
     source: int  # index into Scan.sources
     line: int  # 1-based
@@ -56,7 +63,9 @@ class Event:
     echo: bool = False  # the line echoes another failure (the signature says so, or the rules do)
     note: str = ""  # hits: the signature's note; exceptions: the exception name; terminate: the type
     exit_code: int | None = None  # exits
-    role: str = ""  # hits: "frame" | "umbrella" | "info" when the line's form says it is not a cause
+    role: str = (
+        ""  # hits: "frame" | "umbrella" | "info" (not a cause by its form), "warning" (a weaker cause)
+    )
     collective: str = ""  # exceptions: the collective the rank's traceback was blocked in
 
     @property
@@ -85,6 +94,7 @@ class Scan:
     ranks_seen: set[int] = field(default_factory=set)
     root_cause_rank: int | None = None  # the rank torchrun's summary calls the root cause
     ranks: RankReader = field(default_factory=RankReader)  # traceback blocks and wait points
+    gpus: dict[tuple[str, str], set[int]] = field(default_factory=dict)  # (host, busId) -> ranks on it
     heads: list[str] = field(default_factory=list)  # the start of each source, for the fallback
 
 
@@ -100,6 +110,7 @@ class Scanner:
         self._kept: set[tuple[str, str, int | None]] = set()
         self._structure = Structure(self._found)
         self.scan.ranks = self._structure.reader
+        self.scan.gpus = self._structure.gpus
         self._source_rank: dict[int, int | None] = {}
 
     def source(self, name: str) -> int:
@@ -177,6 +188,10 @@ class Scanner:
             rank = self._source_rank.get(source)
         if rank is None:
             rank = rank_in_message(body)
+        if rank is None:
+            rank = self._structure.summary_rank(source, number)
+        if rank is None:
+            rank = self._structure.spawn_rank(source)
         if rank is not None:
             self.scan.ranks_seen.add(rank)
         when = timestamp(line)
@@ -204,10 +219,12 @@ class Scanner:
         elif UMBRELLA.search(body):
             role = "umbrella"
         elif _GLOG_INFO.match(body):
-            role = "info"  # torch's own INFO-level log (TORCH_CPP_LOG_LEVEL=INFO): progress, not failure
+            role = "info"  # progress, not failure
+        elif _WARNING_LEVEL.match(body):
+            role = "warning"  # a warning: it names a cause, but an error printed with it comes first
         for position in candidates:
             item = self.signatures.signatures[position]
-            if item.regex.search(body) or (body is not line and item.regex.search(line)):
+            if item.search(body) or (body is not line and item.search(line)):
                 sig = item.signature
                 self.scan.hits += 1
                 self._add(
@@ -231,7 +248,7 @@ class Scanner:
         self._current = (rank, when)
         if role == "info":
             return
-        self._structure.feed(source, number, rank, body, short, matched and role != "frame")
+        self._structure.feed(source, number, rank, split.host, body, short, matched and role != "frame")
         self.scan.root_cause_rank = self._structure.root_cause_rank
 
     def _found(self, source: int, number: int, found: Found) -> None:

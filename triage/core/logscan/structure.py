@@ -26,10 +26,16 @@ _EXCEPTION = re.compile(
 _EXIT_LINE = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+)")
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*: (?P<rank>\d+) \(local_rank: \d+\)")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (?P<code>-?\d+)")
+SUMMARY_LINES = 3  # the exitcode, error_file and traceback lines under a summary block's `rank :`
 _SUMMARY_ROOT = re.compile(r"Root Cause \(first observed failure\)", re.IGNORECASE)
 _LEGACY_EXIT = re.compile(
     r"CalledProcessError: Command '.*--local_rank=(?P<rank>\d+).*' "
     r"(?:died with <Signals\.SIG\w+: (?P<signal>\d+)>|returned non-zero exit status (?P<code>\d+))"
+)
+_SPAWN_HEADER = re.compile(r"-- Process (?P<rank>\d+) terminated with the following error")
+_NCCL_COMM = re.compile(
+    r"\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks \d+ cudaDev \d+ (?:nvmlDev \d+ )?busId (?P<bus>[0-9a-f]+)",
+    re.IGNORECASE,
 )
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 _ABORT = re.compile(r"terminate called without an active exception|terminate called recursively")
@@ -65,19 +71,50 @@ class Structure:
         self.emit = emit
         self.reader = RankReader()
         self.root_cause_rank: int | None = None
-        self._summary_rank: dict[int, int] = {}
+        self._summary_rank: dict[int, tuple[int, int]] = {}  # source -> (worker rank, its `rank :` line)
+        self._summary_exited: set[int] = set()  # sources whose current summary block gave its exit
         self._summary_root: dict[int, bool] = {}
         self._terminate: dict[tuple[int, int | None], str] = {}
         self._last_error: dict[int, tuple[int, int | None]] = {}  # source -> (line, rank)
+        self._spawn_rank: dict[int, int] = {}  # source -> the process mp.spawn said failed
+        self.gpus: dict[tuple[str, str], set[int]] = {}  # (host, NCCL busId) -> ranks that use it
+
+    def summary_rank(self, source: int, number: int) -> int | None:
+        """The worker a line of torchrun's failure summary is about (`exitcode :`, `traceback :`)."""
+        current = self._summary_rank.get(source)
+        if current is None or not 0 < number - current[1] <= SUMMARY_LINES:
+            return None
+        return current[0]
+
+    def spawn_rank(self, source: int) -> int | None:
+        """The process whose traceback mp.spawn is printing (`-- Process 1 terminated with ...`)."""
+        return self._spawn_rank.get(source)
 
     def wants_next_line(self, source: int, number: int) -> bool:
         """Whether the line after `number` must be read even without an anchor (Last error's detail)."""
         pending = self._last_error.get(source)
         return pending is not None and pending[0] == number
 
-    def feed(self, source: int, number: int, rank: int | None, body: str, short: str, matched: bool) -> None:
+    def feed(
+        self,
+        source: int,
+        number: int,
+        rank: int | None,
+        host: str | None,
+        body: str,
+        short: str,
+        matched: bool,
+    ) -> None:
         """One line, after the signatures: `matched` when a non-echo or echo signature took it."""
         self.reader.feed(source, number, rank, body)
+        spawn = _SPAWN_HEADER.search(body)
+        if spawn is not None:
+            self._spawn_rank[source] = int(spawn["rank"])
+            return
+        comm = _NCCL_COMM.search(body)
+        if comm is not None:
+            self.gpus.setdefault((host or "", comm["bus"].lower()), set()).add(int(comm["rank"]))
+            return
         if self._torchrun(source, number, rank, body, short):
             return
         pending = self._last_error.pop(source, None)
@@ -113,6 +150,7 @@ class Structure:
             return
         exception = _EXCEPTION.match(body)
         if exception is not None:
+            self._spawn_rank.pop(source, None)
             block = self.reader.exception(source, number, rank)
             if not matched:
                 collective = block.collective if block is not None and block.collective else ""
@@ -135,13 +173,15 @@ class Structure:
             return True
         summary_rank = _SUMMARY_RANK.match(body)
         if summary_rank:
-            self._summary_rank[source] = int(summary_rank["rank"])
+            self._summary_rank[source] = (int(summary_rank["rank"]), number)
+            self._summary_exited.discard(source)
             if self._summary_root.pop(source, False):
                 self.root_cause_rank = int(summary_rank["rank"])
             return True
         summary_exit = _SUMMARY_EXIT.match(body)
-        if summary_exit and source in self._summary_rank:
-            worker = self._summary_rank.pop(source)
+        worker = self.summary_rank(source, number)
+        if summary_exit and worker is not None and source not in self._summary_exited:
+            self._summary_exited.add(source)
             self.emit(source, number, Found("exit", worker, short, exit_code=int(summary_exit["code"])))
             return True
         legacy = _LEGACY_EXIT.search(body)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from triage.core.logscan.rules import consequences, inferred, is_context, substantive
+from triage.core.logscan.rules import consequences, inferred, is_context, is_launcher, substantive, warning
 from triage.core.logscan.scanner import OWN_ERROR_KINDS, SIGTERM_EXIT, Event, Scan
 from triage.core.model import KnowledgeBase
 
@@ -35,10 +35,15 @@ SPREAD_CAP = 0.1
 THRESHOLD = 0.4  # below it a diagnosis is only "closest", not a finding
 MAX_EVIDENCE = 6
 FALLBACK_CHARS = 6000  # text handed to the query engine when no signature fires
+# The query engine's calibrated score reads as "how often an answer this strong is right": a log
+# diagnosis from words alone must be surer than a description's 0.5.
+FALLBACK_MIN_SCORE = 0.6
 
 
 @dataclass(frozen=True)
 class Diagnosis:
+    """An entry the log points at, its score and its evidence."""
+
     entry_id: str
     score: float
     evidence: tuple[Event, ...]
@@ -48,6 +53,8 @@ class Diagnosis:
 
 @dataclass
 class Verdict:
+    """What the log scan concluded: the diagnoses and the first real failure."""
+
     found: bool
     diagnoses: list[Diagnosis]
     first: Event | None  # the first real failure (or first echo when nothing else)
@@ -57,6 +64,8 @@ class Verdict:
     ordered_by: str = "position"  # "time" when timestamps ordered the events
     root_cause_rank: int | None = None  # what torchrun's summary claimed
     by_query_engine: bool = False  # the diagnosis came from the fallback, not a signature
+    # when nothing was found: the weak candidates, (entry id, score, why), best first
+    closest: list[tuple[str, float, str]] = field(default_factory=list)
 
 
 def order_events(scan: Scan) -> tuple[list[Event], str]:
@@ -67,7 +76,10 @@ def order_events(scan: Scan) -> tuple[list[Event], str]:
         by_source.setdefault(event.source, []).append(event)
     timed = all(any(e.time is not None for e in events) for events in by_source.values())
     if not timed or not scan.events:
-        return sorted(scan.events, key=lambda e: (e.source, e.line)), "position"
+        # The launcher's console (one source) reports what the per-rank files (the others)
+        # show happening: with no clock to go by, its reports come after the workers' lines.
+        several = len(by_source) > 1
+        return sorted(scan.events, key=lambda e: (several and is_launcher(e), e.source, e.line)), "position"
     keyed: list[tuple[float, int, int, Event]] = []
     for source, events in by_source.items():
         events.sort(key=lambda e: e.line)
@@ -95,14 +107,14 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
     scan.ranks.finish()
     ordered, ordered_by = order_events(scan)
     events = consequences(ordered)
-    own_lines: set[int | None] = {e.rank for e in events if e.kind != "exit" and e.rank is not None}
-    real = [e for e in events if substantive(e, own_lines)]
+    own_lines: set[int | None] = {e.rank for e in events if not is_launcher(e) and e.rank is not None}
+    real = [e for e in events if substantive(e, own_lines)] or [e for e in events if warning(e)]
     echoes = [e for e in events if e.echo]
     hints = [e for e in events if e.real and e.kind != "exit"]
     # With only echoes, the first one that names its rank says who was waiting.
     ranked_echoes = [e for e in echoes if e.rank is not None] or echoes
     first = real[0] if real else (ranked_echoes[0] if echoes else (hints[0] if hints else None))
-    first = _with_rank(first, events)
+    first = _with_rank(first, events, scan)
 
     waiting, suspects = _rank_roles(events, first)
     diagnoses = _score(events, first, kb, ECHO_FACTOR if real else 1.0)
@@ -133,11 +145,24 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
     return verdict
 
 
-def _with_rank(first: Event | None, events: list[Event]) -> Event | None:
+def _closest(verdict: Verdict, hits: list[tuple[str, float]]) -> list[tuple[str, float, str]]:
+    found: dict[str, tuple[float, str]] = {}
+    for diagnosis in verdict.diagnoses:
+        found[diagnosis.entry_id] = (diagnosis.score, "weak signature lines")
+    for entry_id, score in hits:
+        found.setdefault(entry_id, (score, "words in common with the errors"))
+    ranked = sorted(found.items(), key=lambda item: (-item[1][0], item[0]))
+    return [(entry_id, score, why) for entry_id, (score, why) in ranked]
+
+
+def _with_rank(first: Event | None, events: list[Event], scan: Scan) -> Event | None:
     """A first failure printed without a rank takes the rank of a later line that repeats it
-    (`CUDA error: ...` printed bare, then by the rank's watchdog as `[Rank 1] ... CUDA error: ...`)."""
+    (`CUDA error: ...` printed bare, then by the rank's watchdog as `[Rank 1] ... CUDA error: ...`),
+    or the only rank the log names at all."""
     if first is None or first.rank is not None:
         return first
+    if len(scan.ranks_seen) == 1:
+        return _replace_rank(first, next(iter(scan.ranks_seen)))
     message = first.text.split(": ", 1)[-1].strip()
     for event in events:
         if event.rank is None or event is first or event.kind == "exit":
@@ -167,13 +192,13 @@ def _rank_roles(events: list[Event], first: Event | None) -> tuple[list[int], li
             stopped.add(event.rank)
             own.setdefault(event.rank, False)
             continue
-        mine = event.real and event.kind != "exit" and not is_context(event)
+        mine = event.real and not is_launcher(event) and not is_context(event)
         own[event.rank] = own.get(event.rank, False) or mine
     others = sorted(r for r, mine in own.items() if not mine and r != first.rank)
     if first.echo:
         # The first rank timed out waiting: the ranks that never reported an error of their own
         # (stopped by the launcher, or silent) are the ones it waited for.
-        quiet = {e.rank for e in events if e.rank is not None and e.kind != "exit"}
+        quiet = {e.rank for e in events if e.rank is not None and not is_launcher(e)}
         suspects = sorted(r for r in stopped if r not in quiet and r != first.rank)
         waiting = sorted(r for r in others if r not in suspects)
         return waiting, suspects
@@ -259,20 +284,18 @@ def _merge(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
 
 
 def fallback_text(scan: Scan, events: list[Event]) -> str:
-    """What the query engine reads when no signature fires: the errors found, then the log's start."""
+    """What the query engine reads when no signature fires: the errors the ranks printed (not the
+    launcher's reports, not echoes), or the start of the log when the scan found none."""
     parts: list[str] = []
     seen: set[str] = set()
     for event in events:
         wanted = event.kind in OWN_ERROR_KINDS or (event.kind == "hit" and not event.echo)
-        if wanted and event.text not in seen:
+        if wanted and not event.echo and not is_launcher(event) and event.text not in seen:
             seen.add(event.text)
             parts.append(event.text)
-    text = "\n".join(parts)
-    for head in scan.heads:
-        if len(text) >= FALLBACK_CHARS:
-            break
-        text += "\n" + head[: FALLBACK_CHARS - len(text)]
-    return text[:FALLBACK_CHARS]
+    if not parts:
+        parts = [head for head in scan.heads if head.strip()]
+    return "\n".join(parts)[:FALLBACK_CHARS]
 
 
 def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeBase) -> None:
@@ -281,9 +304,11 @@ def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeB
 
     text = fallback_text(scan, events)
     if not text.strip():
+        verdict.closest = _closest(verdict, [])
         return
     match = matcher.rank(kb, text, top=3)
-    if match.verdict == "no_match" or match.best is None:
+    if match.verdict == "no_match" or match.best is None or match.best.score < FALLBACK_MIN_SCORE:
+        verdict.closest = _closest(verdict, [(hit.entry.id, hit.score) for hit in match.hits])
         return
     evidence = tuple(e for e in events if e.kind in OWN_ERROR_KINDS)[:MAX_EVIDENCE]
     found = [

@@ -19,6 +19,7 @@ from triage.kb.schema import ENTRY_ID_PATTERN
     fix="name the file <ID>-<slug>.yaml with the id's number zero-padded to two digits",
 )
 def id_matches_file_name(ctx: Context) -> Iterator[Finding]:
+    """Report an entry whose file name does not start with its zero-padded id (D9 in D09-<slug>.yaml)."""
     for src, entry in ctx.all_entries:
         if re.fullmatch(ENTRY_ID_PATTERN, entry.id) and not src.path.name.startswith(
             file_prefix(entry.id) + "-"
@@ -40,6 +41,7 @@ def id_matches_file_name(ctx: Context) -> Iterator[Finding]:
     fix="give each entry its own id",
 )
 def unique_id(ctx: Context) -> Iterator[Finding]:
+    """Report two entry files with the same id."""
     for src, entry in ctx.all_entries:
         first = ctx.entry_files.get(entry.id)
         if entry.id and first is not None and first is not src:
@@ -54,6 +56,7 @@ def unique_id(ctx: Context) -> Iterator[Finding]:
     fix="use a section id from sections.yaml, or add the section there",
 )
 def section_exists(ctx: Context) -> Iterator[Finding]:
+    """Report an entry whose `section:` is not an id in sections.yaml."""
     if not ctx.usable("sections.yaml"):
         return
     known = {s.id for s in ctx.sections}
@@ -76,6 +79,7 @@ def section_exists(ctx: Context) -> Iterator[Finding]:
     fix="use an existing entry id such as D19",
 )
 def related_exists(ctx: Context) -> Iterator[Finding]:
+    """Report a `related:` id that names no entry."""
     for entry_id, entry in ctx.entries.items():
         src = ctx.entry_files[entry_id]
         for index, related in enumerate(entry.related):
@@ -96,6 +100,7 @@ def related_exists(ctx: Context) -> Iterator[Finding]:
     fix="remove it",
 )
 def related_not_self(ctx: Context) -> Iterator[Finding]:
+    """Report an entry listed in its own `related:`."""
     for entry_id, entry in ctx.entries.items():
         src = ctx.entry_files[entry_id]
         for index, related in enumerate(entry.related):
@@ -116,6 +121,7 @@ def related_not_self(ctx: Context) -> Iterator[Finding]:
     fix="give the full https:// URL",
 )
 def reference_url(ctx: Context) -> Iterator[Finding]:
+    """Report a reference whose url is not an http(s) link."""
     for src, entry in ctx.all_entries:
         for index, reference in enumerate(entry.references):
             if reference.url and not reference.url.startswith(("https://", "http://")):
@@ -135,6 +141,7 @@ def reference_url(ctx: Context) -> Iterator[Finding]:
     fix="set needed: true exactly when changes lists what the fix changes",
 )
 def verify_consistent(ctx: Context) -> Iterator[Finding]:
+    """Report a verify note whose `needed` disagrees with `changes`."""
     for src, entry in ctx.all_entries:
         verify = entry.verify
         if verify.needed and not verify.changes:
@@ -153,3 +160,36 @@ def verify_consistent(ctx: Context) -> Iterator[Finding]:
                 "needed is false but changes is not empty",
                 "set needed: true, or remove changes",
             )
+
+
+PLACEHOLDERS = ("TODO(kb new)", "TODO-kb-new", r"TODO\(kb new\)")
+
+
+def _placeholders(value: object, path: tuple[object, ...]) -> Iterator[tuple[object, ...]]:
+    """The paths of the string values under `value` that still hold a `triage kb new` placeholder."""
+    if isinstance(value, str):
+        if any(mark in value for mark in PLACEHOLDERS):
+            yield path
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _placeholders(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _placeholders(item, (*path, index))
+
+
+@rule(
+    "KB007",
+    "skeleton-filled",
+    finds="a value that still holds the placeholder `triage kb new` wrote (TODO(kb new))",
+    why="a half-written entry would be shown to users as if it were a diagnosis",
+    fix="replace every TODO(kb new) placeholder with real content (see knowledge/README.md)",
+)
+def skeleton_filled(ctx: Context) -> Iterator[Finding]:
+    """Report TODO(kb new) placeholders left in an entry."""
+    for src, _ in ctx.all_entries:
+        for path in _placeholders(src.data, ()):
+            field = "".join(
+                f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(path)
+            )
+            yield Finding(src, ctx.line(src, *path), field, "still holds the `triage kb new` placeholder")

@@ -18,6 +18,7 @@ from triage.kb.rules.registry import Finding, rule
     fix="list the fact's values",
 )
 def enum_fact_has_values(ctx: Context) -> Iterator[Finding]:
+    """Report an enum fact in facts.yaml without its `values:`."""
     src = ctx.sources.top["facts.yaml"]
     for name, fact in ctx.facts.items():
         if fact.type == "enum" and not fact.values:
@@ -32,6 +33,7 @@ def enum_fact_has_values(ctx: Context) -> Iterator[Finding]:
     fix="use a fact from the catalogue, or add it there with the probe that reports it",
 )
 def confirm_fact_known(ctx: Context) -> Iterator[Finding]:
+    """Report a `confirm:` fact that is not in facts.yaml."""
     for src, entry in ctx.all_entries:
         for index, item in enumerate(entry.confirm):
             if item.fact and item.fact not in ctx.facts and ctx.usable("facts.yaml"):
@@ -47,6 +49,7 @@ def confirm_fact_known(ctx: Context) -> Iterator[Finding]:
     fix="use the fact's values from facts.yaml (quote true/false)",
 )
 def confirm_values_known(ctx: Context) -> Iterator[Finding]:
+    """Report a `confirm:` value that its enum or bool fact never takes."""
     for src, entry in ctx.all_entries:
         for index, item in enumerate(entry.confirm):
             fact = ctx.facts.get(item.fact)
@@ -77,6 +80,7 @@ def probe_nodes(ctx: Context) -> Iterator[ProbeNode]:
     fix="branch on a fact from the catalogue",
 )
 def probe_fact_known(ctx: Context) -> Iterator[Finding]:
+    """Report a probe node whose `fact:` is not in facts.yaml."""
     src = ctx.graph_file
     for node in probe_nodes(ctx):
         if node.fact and node.fact not in ctx.facts and ctx.usable("facts.yaml"):
@@ -92,6 +96,7 @@ def probe_fact_known(ctx: Context) -> Iterator[Finding]:
     fix="add a categorical fact to facts.yaml, or ask a question instead",
 )
 def probe_fact_branchable(ctx: Context) -> Iterator[Finding]:
+    """Report a probe node on a fact that is neither enum nor bool."""
     src = ctx.graph_file
     for node in probe_nodes(ctx):
         fact = ctx.facts.get(node.fact)
@@ -112,6 +117,7 @@ def probe_fact_branchable(ctx: Context) -> Iterator[Finding]:
     fix="branch on the fact's values from facts.yaml",
 )
 def branch_values_known(ctx: Context) -> Iterator[Finding]:
+    """Report a probe node branch on a value its fact never takes."""
     src = ctx.graph_file
     for node in probe_nodes(ctx):
         fact = ctx.facts.get(node.fact)

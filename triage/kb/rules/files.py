@@ -19,6 +19,7 @@ from triage.kb.sources import SourceFile
     fix="correct the file so it parses as YAML",
 )
 def file_parses(ctx: Context) -> Iterator[Finding]:
+    """Report a knowledge file that is missing, unreadable, not UTF-8, or not valid YAML."""
     for src in ctx.sources.all_files():
         if src.error is not None:
             yield Finding(src, src.error_line, "", src.error)
@@ -32,6 +33,7 @@ def file_parses(ctx: Context) -> Iterator[Finding]:
     fix="see knowledge/README.md for the layout of each file",
 )
 def top_level_type(ctx: Context) -> Iterator[Finding]:
+    """Report a file whose top level is not the mapping or list its kind of file holds."""
     for spec in FILES:
         for src in ctx.files_of(spec):
             if src.error is None and not spec.top.accepts(src.data):
@@ -46,6 +48,7 @@ def top_level_type(ctx: Context) -> Iterator[Finding]:
     fix="keep one; YAML silently keeps the last",
 )
 def duplicate_key(ctx: Context) -> Iterator[Finding]:
+    """Report a key given twice in the same mapping."""
     for src in ctx.sources.all_files():
         if src.error is None:
             yield from _duplicates(src, src.data)

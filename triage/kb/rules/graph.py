@@ -27,6 +27,7 @@ def _path(field: str) -> list[object]:
     fix="point start at a question node",
 )
 def start_is_node(ctx: Context) -> Iterator[Finding]:
+    """Report a graph whose `start:` is not one of its nodes."""
     graph, src = ctx.graph, ctx.graph_file
     if graph is not None and graph.start and graph.start not in graph.nodes:
         yield Finding(src, ctx.line(src, "start"), "start", f"{graph.start!r} is not a node")
@@ -40,6 +41,7 @@ def start_is_node(ctx: Context) -> Iterator[Finding]:
     fix="fix the spelling, or add the node or entry",
 )
 def target_resolves(ctx: Context) -> Iterator[Finding]:
+    """Report an option, branch, default, unknown or fallback whose target is neither a node nor an entry."""
     graph, src = ctx.graph, ctx.graph_file
     if graph is None:
         return
@@ -62,6 +64,7 @@ def target_resolves(ctx: Context) -> Iterator[Finding]:
     fix="point fallback at a question node",
 )
 def fallback_is_question(ctx: Context) -> Iterator[Finding]:
+    """Report a probe node whose `fallback:` is another probe node."""
     graph, src = ctx.graph, ctx.graph_file
     if graph is None:
         return
@@ -85,6 +88,7 @@ def fallback_is_question(ctx: Context) -> Iterator[Finding]:
     fix="every path must end at an entry; point one edge forward",
 )
 def no_cycles(ctx: Context) -> Iterator[Finding]:
+    """Report a path through the graph that leads back to a node already on it."""
     graph, src = ctx.graph, ctx.graph_file
     if graph is None:
         return
@@ -105,6 +109,7 @@ def no_cycles(ctx: Context) -> Iterator[Finding]:
     fix="link it from a question or probe node, or remove it",
 )
 def node_reachable(ctx: Context) -> Iterator[Finding]:
+    """Report a graph node no path from the start leads to."""
     graph, src = ctx.graph, ctx.graph_file
     if graph is None or graph.start not in graph.nodes:  # start-is-node reports that
         return
@@ -124,6 +129,7 @@ def node_reachable(ctx: Context) -> Iterator[Finding]:
     fix="add an option or branch whose target is the entry",
 )
 def entry_reachable(ctx: Context) -> Iterator[Finding]:
+    """Report an entry no path through the graph leads to."""
     graph, src = ctx.graph, ctx.graph_file
     if graph is None or graph.start not in graph.nodes:  # start-is-node reports that
         return

@@ -24,6 +24,7 @@ def display(ctx: Context, name: str) -> str:
     stage="outputs",
 )
 def compiled_current(ctx: Context) -> Iterator[Finding]:
+    """Report a compiled.json that does not match the sources or this version of triage."""
     if ctx.kb is None:
         return
     root = ctx.sources.root
@@ -45,6 +46,7 @@ def compiled_current(ctx: Context) -> Iterator[Finding]:
     stage="outputs",
 )
 def generated_current(ctx: Context) -> Iterator[Finding]:
+    """Report a schema.json or README.md schema section that differs from what triage/kb/schema.py generates."""
     from triage.kb import generate  # it lists the rules, so it is imported once they are registered
 
     for path in generate.stale(ctx.sources.root):

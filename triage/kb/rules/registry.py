@@ -38,7 +38,8 @@ CODES: dict[str, str] = {
     "KB016": "a generated file is stale (compiled.json, schema.json, the README's schema section)",
     "KB017": "duplicate key in a mapping",
     "KB018": "probe node falls back to something that is not a question",
-    "KB019": "a signature's example line does not match its pattern",
+    "KB019": "signature without a real example line, or an example its pattern does not match",
+    "KB020": "regular expression can take more than linear time (catastrophic backtracking)",
 }
 
 # "sources" rules check the YAML; "outputs" rules check the files generated from a valid knowledge

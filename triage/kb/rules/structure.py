@@ -19,6 +19,7 @@ from triage.kb.shapes import Text, Texts
     fix="add the field with a non-empty value",
 )
 def required_field(ctx: Context) -> Iterator[Finding]:
+    """Report a required field that is absent or empty."""
     for place in ctx.places():
         for field in place.shape.fields:
             if field.required and place.data.get(field.name) is None:
@@ -40,6 +41,7 @@ def required_field(ctx: Context) -> Iterator[Finding]:
     fix="write the value as the schema says (knowledge/README.md)",
 )
 def field_type(ctx: Context) -> Iterator[Finding]:
+    """Report a value of the wrong type: a number where text belongs, a string where a list belongs."""
     for value in ctx.values():
         if not value.type.accepts(value.value):
             yield Finding(
@@ -55,6 +57,7 @@ def field_type(ctx: Context) -> Iterator[Finding]:
     fix="use one of the values the field allows",
 )
 def allowed_value(ctx: Context) -> Iterator[Finding]:
+    """Report a value outside the field's fixed list (an entry's kind, a fact's type, a verify change)."""
     for value in ctx.values():
         field = value.field
         if field is None or not field.allowed or not value.type.accepts(value.value):
@@ -85,6 +88,7 @@ def allowed_value(ctx: Context) -> Iterator[Finding]:
     fix="fix the spelling, or remove the field",
 )
 def unknown_field(ctx: Context) -> Iterator[Finding]:
+    """Report a key the schema does not define (often a misspelt field)."""
     for place in ctx.places():
         if place.shape.open:
             continue
@@ -109,6 +113,7 @@ def unknown_field(ctx: Context) -> Iterator[Finding]:
     fix="rename it to the required form",
 )
 def id_format(ctx: Context) -> Iterator[Finding]:
+    """Report an id or a key that does not have its required form (entry ids, node ids, vocabulary terms)."""
     for value in ctx.values():
         field, key = value.field, value.key
         text = value.value.strip() if isinstance(value.value, str) else ""
@@ -132,6 +137,7 @@ def id_format(ctx: Context) -> Iterator[Finding]:
     fix="add items",
 )
 def min_items(ctx: Context) -> Iterator[Finding]:
+    """Report a list with fewer items than it needs (symptom phrasings, a question's options, a probe's branches)."""
     for value in ctx.values():
         field = value.field
         if field is None or not field.min_items or not value.type.accepts(value.value):

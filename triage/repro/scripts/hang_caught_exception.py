@@ -8,11 +8,13 @@ import torch.distributed as dist
 
 
 def evaluate(rank: int, step: int) -> None:
+    """Evaluate one step; rank 1 fails on step 2."""
     if rank == 1 and step == 2:
         raise ValueError("bad sample in the validation shard")
 
 
 def main() -> None:
+    """Run this reproduction as one rank of the job."""
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
     rank = dist.get_rank()
     for step in range(1000):

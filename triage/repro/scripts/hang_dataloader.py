@@ -14,6 +14,8 @@ from torch.utils.data import DataLoader, Dataset
 
 
 class SlowOnRankOne(Dataset[torch.Tensor]):
+    """A dataset whose loading stalls on rank 1."""
+
     def __init__(self, rank: int) -> None:
         self.rank = rank
 
@@ -27,6 +29,7 @@ class SlowOnRankOne(Dataset[torch.Tensor]):
 
 
 def main() -> None:
+    """Run this reproduction as one rank of the job."""
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
     rank = dist.get_rank()
     workers = int(os.environ.get("HANG_LOADER_WORKERS", "0"))

@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 
 def sync_metrics(metrics: dict[str, torch.Tensor]) -> None:
+    """All-reduce each metric, in the order this rank saw them."""
     for name, value in metrics.items():  # insertion order differs between ranks
         if name.startswith("max_"):
             dist.all_reduce(value, op=dist.ReduceOp.MAX)  # ranks 0 and 1 wait here
@@ -19,6 +20,7 @@ def sync_metrics(metrics: dict[str, torch.Tensor]) -> None:
 
 
 def main() -> None:
+    """Run this reproduction as one rank of the job."""
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
     rank = dist.get_rank()
     seen = ["max_grad_norm", "lr"] if rank != 2 else ["lr", "max_grad_norm"]

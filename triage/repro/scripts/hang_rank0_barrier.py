@@ -12,12 +12,14 @@ import torch.distributed as dist
 
 
 def train_step(step: int) -> None:
+    """One training step: an all-reduce of fake gradients."""
     grads = torch.ones(4) * step
     dist.all_reduce(grads)
     time.sleep(0.05)
 
 
 def main() -> None:
+    """Run this reproduction as one rank of the job."""
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
     rank = dist.get_rank()
     if rank == 0:

@@ -12,6 +12,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def main() -> None:
+    """Run this reproduction as one rank of the job."""
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
     rank = dist.get_rank()
     model = DDP(torch.nn.Linear(8, 1))

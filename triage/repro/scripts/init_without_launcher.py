@@ -5,6 +5,7 @@ import torch.distributed as dist
 
 
 def main() -> None:
+    """Run this reproduction as one rank of the job."""
     dist.init_process_group("gloo")
     print(f"rank {dist.get_rank()} of {dist.get_world_size()}", flush=True)
 

@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 
 def main() -> None:
+    """Run this reproduction as one rank of the job."""
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=5))
     rank = dist.get_rank()
     for step in range(3):

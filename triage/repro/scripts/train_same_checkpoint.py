@@ -34,6 +34,7 @@ class SlowFile:
 
 
 def main() -> None:
+    """Run this reproduction as one rank of the job."""
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
     rank = dist.get_rank()
     path = os.environ["TRIAGE_REPRO_CHECKPOINT"]

@@ -8,6 +8,7 @@ import torch.distributed as dist
 
 
 def main() -> None:
+    """Run this reproduction as one rank of the job."""
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=5))
     rank = dist.get_rank()
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))

@@ -12,6 +12,7 @@ from torch.distributed.algorithms.join import Join
 
 
 def main() -> None:
+    """Run this reproduction as one rank of the job."""
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=10))
     rank = dist.get_rank()
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))

@@ -7,6 +7,8 @@ import torch.distributed as dist
 
 
 class Net(torch.nn.Module):
+    """A model with a layer the forward pass skips."""
+
     def __init__(self) -> None:
         super().__init__()
         self.body = torch.nn.Linear(8, 8)
@@ -18,6 +20,7 @@ class Net(torch.nn.Module):
 
 
 def main() -> None:
+    """Run this reproduction as one rank of the job."""
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=10))
     rank = dist.get_rank()
     model = torch.nn.parallel.DistributedDataParallel(Net())

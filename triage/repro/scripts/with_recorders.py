@@ -21,6 +21,7 @@ from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defin
 
 
 def dump_flight_recorder(prefix: str, rank: str) -> None:
+    """Keep writing this rank's flight-recorder trace to `prefix` + rank."""
     path = f"{prefix}{rank}"
     while True:
         data = _dump_fr_trace()
@@ -31,6 +32,7 @@ def dump_flight_recorder(prefix: str, rank: str) -> None:
 
 
 def main() -> None:
+    """Run this reproduction as one rank of the job."""
     script = sys.argv[1]
     prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
     if prefix and os.environ.get("TORCH_FR_BUFFER_SIZE"):

@@ -52,7 +52,8 @@
     var entries = data.entries.map(function (e) {
       var sigs = [];
       e.signatures.forEach(function (s) {
-        try { sigs.push([new RegExp(s[0], "im"), s[1], s[2]]); } catch (err) { /* Python-only syntax */ }
+        try { sigs.push([new RegExp(s[0], "im"), s[1], s[2], s[3] ? [s[3]] : [], s[4]]); }
+        catch (err) { /* Python-only syntax */ }
       });
       return { e: e, tf: new Map(e.tf.map(function (p) { return [data.terms[p[0]], p[1]]; })), sigs: sigs,
         sets: e.phrases.map(function (p) { return new Set(p[0].split(/\s+/).filter(Boolean)); }) };
@@ -92,10 +93,36 @@
     return prev[b.length];
   }
 
+  // The parts of `text` a signature is searched in (triage/core/safe_regex.py windows): all of a
+  // short text, else windows around the first places its literal occurs, so that no pasted text
+  // can make a regex run for long (the patterns' repeats are bounded too).
+  function windows(text, lowered, anchors, span) {
+    var m = model.m;
+    if (text.length <= m.matchChars) return [text];
+    if (!anchors.length) return [text.slice(0, m.matchChars)];
+    var starts = [], longest = 0;
+    anchors.forEach(function (a) {
+      longest = Math.max(longest, a.length);
+      var p = lowered.indexOf(a);
+      while (p !== -1 && starts.length < m.maxWindows * anchors.length) {
+        starts.push(p);
+        p = lowered.indexOf(a, p + Math.max(1, span));
+      }
+    });
+    starts.sort(function (a, b) { return a - b; });
+    var out = [], covered = -1;
+    starts.slice(0, m.maxWindows).forEach(function (p) {
+      var low = Math.max(covered, p - span, 0), high = p + span + longest;
+      if (high > low) out.push(text.slice(low, high));
+      covered = high;
+    });
+    return out;
+  }
+
   function rank(text) {
-    var x = model, m = x.m, qt = x.tokens(text), unique = Array.from(new Set(qt));
+    var x = model, m = x.m, qt = x.tokens(text), unique = Array.from(new Set(qt)), lowered = text.toLowerCase();
     var ideal = unique.reduce(function (s, t) { return s + (x.idf.has(t) ? x.idf.get(t) : x.maxIdf) * (m.k1 + 1); }, 0);
-    var query = new Set(qt);
+    var query = new Set(unique.slice(0, m.maxFuzzyTokens));
     return x.entries.map(function (d) {
       var lex = 0, fuzzy = 0, best = -1, sig = 0, found = 0;
       if (qt.length) {
@@ -105,7 +132,8 @@
         d.sets.forEach(function (p, i) { var r = tokenSetRatio(query, p); if (r > fuzzy) { fuzzy = r; best = i; } });
       }
       d.sigs.forEach(function (s) {
-        if (!s[0].test(text)) return;
+        if (s[3].length && lowered.indexOf(s[3][0]) < 0) return;
+        if (!windows(text, lowered, s[3], s[4]).some(function (part) { return s[0].test(part); })) return;
         found += 1; sig = Math.max(sig, s[1] * (s[2] ? m.echoFactor : 1));
       });
       if (found > 1) sig = Math.min(1, sig + 0.1 * (found - 1));

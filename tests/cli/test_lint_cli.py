@@ -1,0 +1,209 @@
+"""`triage lint`: the real command on real files: output, JSON, exit statuses, --explain, pyproject
+selection, ignore comments, shell launch scripts, bad input, and the walk branching on a finding."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CliResult
+
+Run = Callable[..., CliResult]
+FIXTURES = Path(__file__).resolve().parent.parent / "core" / "lint" / "fixtures"
+LINE = re.compile(
+    r"^(?P<path>[^:]+):(?P<line>\d+):(?P<col>\d+): (?P<code>TRG\d{3}) \[(?P<entry>\w+)\] (?P<message>.+)$"
+)
+
+BUGGY = """\
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("nccl", timeout=datetime.timedelta(minutes=30))
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+rank = dist.get_rank()
+if rank == 0:
+    torch.save({}, "model.pt")
+    dist.barrier()
+"""
+
+
+def one_error_line(result: CliResult) -> str:
+    err = result.stderr.decode()
+    assert result.returncode == 2, (result.returncode, err, result.stdout)
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    return err.strip()
+
+
+def finding_lines(result: CliResult) -> list[re.Match[str]]:
+    return [m for line in result.stdout.decode().splitlines() if (m := LINE.match(line))]
+
+
+def test_findings_print_like_a_linter_and_exit_1(run_cli: Run, tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(BUGGY)
+    result = run_cli("lint", str(script))
+    assert result.returncode == 1, result.stderr
+    [match] = finding_lines(result)
+    assert match["path"] == str(script) and (match["line"], match["col"]) == ("12", "5")
+    assert match["code"] == "TRG021" and match["entry"] == "D21"
+    assert match["message"] == (
+        "barrier() is only reached on rank 0 (inside `if rank == 0:` at line 10); every rank must call it"
+    )
+    out = result.stdout.decode()
+    assert "triage lint --explain TRG021" in out and "Found 1 finding (1 error) in 1 file." in out
+
+
+def test_a_clean_script_exits_0(run_cli: Run) -> None:
+    result = run_cli("lint", str(FIXTURES / "TRG021_pass.py"))
+    assert result.returncode == 0 and "All clear: 1 file checked, no findings." in result.stdout.decode()
+
+
+def test_json_lists_every_finding(run_cli: Run) -> None:
+    result = run_cli("lint", "--json", str(FIXTURES / "TRG023_fail.py"), str(FIXTURES / "TRG023_pass.py"))
+    assert result.returncode == 1
+    data = json.loads(result.stdout)
+    assert data["files"] == 2 and data["counts"] == {"error": 0, "warning": 3, "info": 0}
+    assert [f["line"] for f in data["findings"]] == [14, 15, 16]
+    first = data["findings"][0]
+    assert set(first) == {"code", "entry", "severity", "path", "line", "col", "message", "fix"}
+    assert (first["code"], first["entry"], first["severity"]) == ("TRG023", "D23", "warning")
+
+
+def test_a_directory_is_walked_and_a_broken_file_in_it_is_skipped(run_cli: Run, tmp_path: Path) -> None:
+    shutil.copy(FIXTURES / "TRG022_fail.py", tmp_path / "a.py")
+    (tmp_path / "pkg").mkdir()
+    shutil.copy(FIXTURES / "TRG003_fail.py", tmp_path / "pkg" / "b.py")
+    (tmp_path / "pkg" / "broken.py").write_text("def f(:\n")
+    (tmp_path / ".venv").mkdir()
+    shutil.copy(FIXTURES / "TRG021_fail.py", tmp_path / ".venv" / "ignored.py")
+    result = run_cli("lint", "--json", str(tmp_path))
+    data = json.loads(result.stdout)
+    assert result.returncode == 1 and data["files"] == 2
+    assert {f["code"] for f in data["findings"]} == {"TRG022", "TRG003"}
+    assert data["skipped"] == [f"{tmp_path / 'pkg' / 'broken.py'}:1: syntax error: invalid syntax"]
+
+
+def test_explain_prints_the_rule_page(run_cli: Run) -> None:
+    result = run_cli("lint", "--explain", "trg21", env={"NO_COLOR": "1"})
+    assert result.returncode == 0
+    out = result.stdout.decode()
+    for part in (
+        "TRG021: rank-conditional-collective",
+        "What it finds",
+        "Why it is a problem",
+        "Example",
+        "Fix",
+        "Entry",
+    ):
+        assert part in out
+    assert "dist.barrier()  # every rank" in out and "triage show D21" in out
+
+
+def test_rules_lists_every_code(run_cli: Run) -> None:
+    from triage.core.lint import RULES
+
+    result = run_cli("lint", "--rules", "--json")
+    assert [r["code"] for r in json.loads(result.stdout)["rules"]] == list(RULES)
+
+
+def test_ignore_comments_and_pyproject_selection(run_cli: Run, tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(BUGGY.replace("    dist.barrier()\n", "    dist.barrier()  # triage: ignore[TRG021]\n"))
+    assert run_cli("lint", str(script), cwd=tmp_path).returncode == 0
+    script.write_text(BUGGY.replace(", timeout=datetime.timedelta(minutes=30)", ""))  # TRG021 and TRG040
+
+    def codes() -> set[str]:
+        return {m["code"] for m in finding_lines(run_cli("lint", str(script), cwd=tmp_path))}
+
+    assert codes() == {"TRG021", "TRG040"}
+    (tmp_path / "pyproject.toml").write_text('[tool.triage.lint]\nignore = ["TRG021"]\n')
+    assert codes() == {"TRG040"}
+    (tmp_path / "pyproject.toml").write_text('[tool.triage.lint]\nselect = ["TRG02"]\n')
+    assert codes() == {"TRG021"}
+    assert run_cli("lint", "--ignore", "TRG021", str(script), cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("pyproject", "problem"),
+    [
+        ("[tool.triage.lint\n", "invalid TOML"),
+        ('[tool.triage.lint]\nselct = ["TRG021"]\n', "unknown key 'selct' in [tool.triage.lint]"),
+        ('[tool.triage.lint]\nignore = ["TRG999"]\n', "unknown code 'TRG999'"),
+        ('[tool.triage.lint]\nignore = "TRG021"\n', "ignore must be a list of codes"),
+    ],
+)
+def test_a_bad_pyproject_is_one_line(run_cli: Run, tmp_path: Path, pyproject: str, problem: str) -> None:
+    (tmp_path / "pyproject.toml").write_text(pyproject)
+    err = one_error_line(run_cli("lint", str(FIXTURES / "TRG021_pass.py"), cwd=tmp_path))
+    assert "pyproject.toml" in err and problem in err
+
+
+def test_a_launch_script_with_restarts_checks_the_script_it_starts(run_cli: Run, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(
+        "import torch.distributed as dist\nfor step in range(10):\n    step_fn(step)\n"
+    )
+    (tmp_path / "run.sh").write_text(
+        "#!/bin/sh\ntorchrun --nproc-per-node=8 \\\n  --max-restarts=3 train.py\n"
+    )
+    result = run_cli("lint", "--json", "--select", "TRG041", str(tmp_path / "run.sh"))
+    [finding] = json.loads(result.stdout)["findings"]
+    assert finding["path"] == str(tmp_path / "train.py") and finding["code"] == "TRG041"
+    assert f"--max-restarts=3 in {tmp_path / 'run.sh'}:2" in finding["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "problem"),
+    [
+        ("broken.py", b"def f(:\n    pass\n", "broken.py:1: syntax error: invalid syntax"),
+        (
+            "notes.txt",
+            b"just some notes\n",
+            "notes.txt: not Python source (syntax error: invalid syntax at line 1)",
+        ),
+        ("model.bin", b"\x00\x01\x02PK\x03\x04", "model.bin: a binary file, not Python source"),
+        ("latin.py", b"x = '\xe9'\n", "latin.py: not UTF-8 text (byte 0xe9 at offset 5)"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    run_cli: Run, tmp_path: Path, name: str, data: bytes, problem: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    assert one_error_line(run_cli("lint", str(path))) == f"triage: error: {tmp_path}/{problem}"
+
+
+def test_missing_paths_fifos_and_no_paths_are_one_line(run_cli: Run, tmp_path: Path) -> None:
+    assert one_error_line(run_cli("lint", str(tmp_path / "nope.py"))).endswith(
+        "nope.py: no such file or directory"
+    )
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    assert one_error_line(run_cli("lint", str(fifo), timeout=10)).endswith("pipe.py: not a regular file")
+    assert "give a file or directory" in one_error_line(run_cli("lint"))
+    assert "unknown lint code 'D21'" in one_error_line(run_cli("lint", "--explain", "D21"))
+
+
+def test_the_walk_branches_on_a_finding(run_cli: Run) -> None:
+    """`triage --script train.py walk`: the lint probe decides the node instead of a question."""
+    args = ["walk", "--json", "--answer", "what_do_you_see=4"]
+    result = run_cli("--script", str(FIXTURES / "TRG021_fail.py"), *args)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["leaf"]["id"] == "D21"
+    assert [(s["node"], s["via"], s["answer"]) for s in data["trail"]][1] == ("hang_end_lint", "fact", "true")
+    clean = json.loads(
+        run_cli(
+            "walk", "--script", str(FIXTURES / "TRG021_pass.py"), *args[1:], "--answer", "hang_end=5"
+        ).stdout
+    )
+    assert [(s["node"], s["via"]) for s in clean["trail"]][1] == ("hang_end_lint", "fact")
+    assert clean["leaf"]["id"] == "D23"

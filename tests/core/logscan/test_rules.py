@@ -1,0 +1,201 @@
+"""The consequence rules and the patterns across ranks, on real output.
+
+`nccl-*.log` were captured on one H100 under torch 2.11 / NCCL 2.28 (a kernel holding the GPU past
+a 5 s collective timeout, NCCL_SOCKET_IFNAME naming no interface, two ranks on one GPU); the
+`repro-*` files are the reproductions' output under torch 2.13 CPU/gloo; `fsdp-rank-skips-step.log`
+is a 2-rank FSDP run on gloo in which rank 1 skips a step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from triage.core import matcher
+from triage.core.logscan.blocks import canonical_collective, mismatch
+from triage.core.logscan.patterns import compile_signatures
+from triage.core.logscan.scanner import Scanner
+from triage.core.logscan.verdict import Verdict, decide, fallback_text, order_events
+from triage.core.model import KnowledgeBase
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def scan(kb: KnowledgeBase, *texts: tuple[str, str]) -> tuple[Scanner, Verdict]:
+    scanner = Scanner(compile_signatures(kb))
+    for name, text in texts:
+        scanner.feed_block(scanner.source(name), text.encode(), 1)
+    return scanner, decide(scanner.scan, kb)
+
+
+def read(name: str) -> tuple[str, str]:
+    return name, (DATA / name).read_text()
+
+
+def test_one_name_per_collective() -> None:
+    names = [
+        "all_reduce",
+        "allreduce",
+        "ALLREDUCE",
+        "_ALLREDUCE_BASE",
+        "all_gather_into_tensor",
+        "_REDUCE_SCATTER_BASE",
+    ]
+    assert [canonical_collective(n) for n in names] == [
+        "all_reduce",
+        "all_reduce",
+        "all_reduce",
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+    ]
+    assert canonical_collective("main") is None
+
+
+def test_ranks_blocked_in_different_collectives_are_a_mismatch(kb: KnowledgeBase) -> None:
+    scanner, verdict = scan(kb, read("repro-D21.log"))
+    waits = scanner.scan.ranks.waits
+    assert {rank: w.collective for rank, w in waits.items()} == {0: "all_reduce", 1: "barrier"}
+    assert waits[0].where.startswith("train_rank0_collective.py:22")
+    assert waits[1].where.startswith("train_rank0_collective.py:24")
+    assert mismatch(waits) is not None
+    best = verdict.diagnoses[0]
+    assert best.entry_id == "D21"
+    assert "rank 0 waits in all_reduce" in best.reason and "rank 1 waits in barrier" in best.reason
+
+
+def test_a_diverged_rank_is_no_mismatch(kb: KnowledgeBase) -> None:
+    """Rank 1 raised outside any collective; only rank 0 is blocked (in backward)."""
+    scanner, verdict = scan(kb, read("repro-D20.log"))
+    assert {rank: w.collective for rank, w in scanner.scan.ranks.waits.items()} == {0: "backward"}
+    assert verdict.diagnoses[0].entry_id == "D20"
+    assert "D21" not in [d.entry_id for d in verdict.diagnoses]
+
+
+def test_what_follows_a_watchdog_timeout_echoes_it(kb: KnowledgeBase) -> None:
+    """The FlightRecorder hint, 'taking the entire process down', the C++ terminate and the
+    SIGABRT exit all come after the timeout on the same rank: the timeout is the story."""
+    scanner, verdict = scan(kb, read("nccl-watchdog-timeout.log"))
+    assert verdict.diagnoses[0].entry_id == "MN3"
+    assert verdict.first is not None and "Watchdog caught collective operation timeout" in verdict.first.text
+    assert verdict.first_rank == 0
+    events, _ = order_events(scanner.scan)
+    terminate = [e for e in events if e.kind == "terminate" or "what():" in e.text]
+    assert terminate, "the terminate/what() block is read"
+    assert "P6" not in [d.entry_id for d in verdict.diagnoses[:1]]
+
+
+def test_nccl_umbrella_error_routes_on_its_last_error_line(kb: KnowledgeBase) -> None:
+    """`ncclInvalidUsage` says only which kind of call failed; `Last error:` and the NCCL WARN
+    name the cause (no socket interface: the NIC setting, MN2)."""
+    scanner, verdict = scan(kb, read("nccl-last-error.log"))
+    assert verdict.diagnoses[0].entry_id == "MN2"
+    assert verdict.first_rank == 0
+    umbrella = [e for e in scanner.scan.events if e.role == "umbrella"]
+    assert all(e.entry_id != "MN2" or "no socket interface" in e.text for e in umbrella)
+
+
+def test_nccl_warn_and_last_error_lines_become_events(kb: KnowledgeBase) -> None:
+    text = (
+        "[rank0]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:93, unhandled system error\n"
+        "[rank0]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.\n"
+        "[rank0]: Last error:\n"
+        "[rank0]: socketPollConnect: connect returned Connection refused, exceeded error retry count (35)\n"
+        "host1:2049:2049 [1] misc/socket.cc:584 NCCL WARN unknown-thing happened on the proxy\n"
+    )
+    scanner, _ = scan(kb, ("x.log", text))
+    kinds = {(e.kind, e.rank) for e in scanner.scan.events}
+    assert ("detail", 0) in kinds
+    assert ("warn", 1) in kinds
+    detail = next(e for e in scanner.scan.events if e.kind == "detail")
+    assert detail.text.startswith("socketPollConnect: connect returned Connection refused")
+    assert "socketPollConnect" in fallback_text(scanner.scan, scanner.scan.events)
+
+
+def test_grep_and_python_engines_read_the_line_after_last_error(kb: KnowledgeBase, tmp_path: Path) -> None:
+    from triage.core.logscan.reading import scan_grep
+
+    name, text = read("nccl-last-error.log")
+    path = tmp_path / name
+    path.write_text(text)
+    signatures = compile_signatures(kb)
+    python = Scanner(signatures)
+    python.feed_block(python.source(name), text.encode(), 1)
+    grep = Scanner(signatures)
+    with path.open("rb") as stream:
+        scan_grep(grep, grep.source(name), name, stream, 1 << 20, signatures.anchors)
+
+    def seen(s: Scanner) -> list[tuple[int, str, str]]:
+        return [(e.line, e.kind, e.entry_id) for e in s.scan.events]
+
+    assert seen(python) == seen(grep)
+    assert any("no socket interface found" in e.text for e in grep.scan.events if e.line > 1)
+
+
+def test_an_abort_after_a_ranks_own_error_is_its_echo(kb: KnowledgeBase) -> None:
+    """Under --tee 3, rank 1's FloatingPointError is followed by `terminate called without an
+    active exception` and a SIGABRT exit: the first failure stays the exception."""
+    _, verdict = scan(kb, read("repro-D20-tee.log"))
+    assert verdict.first is not None and "FloatingPointError" in verdict.first.text
+    assert verdict.first_rank == 1
+    assert verdict.diagnoses[0].entry_id == "D20"
+
+
+def test_one_rank_failing_alone_is_not_a_diverged_rank(kb: KnowledgeBase) -> None:
+    """D20 needs another rank's echo: torchrun stopping the other worker is not one."""
+    text = (
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "train.py", line 12, in <module>\n'
+        "[rank1]: FileNotFoundError: [Errno 2] No such file or directory: 'data/shard-0001.arrow'\n"
+        "W1122 04:23:38.283000 27487 torch/distributed/elastic/multiprocessing/api.py:1028] "
+        "Sending process 27548 closing signal SIGTERM\n"
+        "E1122 04:23:38.351000 27487 torch/distributed/elastic/multiprocessing/api.py:1002] "
+        "failed (exitcode: 1) local_rank: 1 (pid: 27549) of binary: /usr/bin/python\n"
+    )
+    _, verdict = scan(kb, ("one.log", text))
+    assert verdict.first_rank == 1
+    assert "D20" not in [d.entry_id for d in verdict.diagnoses if d.score >= 0.4]
+
+
+def test_a_rank_exiting_with_no_output_of_its_own_misses_its_traceback(kb: KnowledgeBase) -> None:
+    """Only torchrun's side of a failure pasted: rank 0 exited 1 and its traceback is not there (P4)."""
+    name, text = read("nccl-last-error.log")
+    launcher_only = "\n".join(line for line in text.splitlines() if not line.startswith(("[rank0]", "[2026")))
+    _, verdict = scan(kb, (name, launcher_only))
+    assert verdict.first is not None and verdict.first.kind == "exit"
+    assert verdict.first_rank == 0
+    assert verdict.diagnoses[0].entry_id == "P4"
+
+
+def test_frames_are_context_never_the_cause(kb: KnowledgeBase) -> None:
+    """FSDP's `_all_gather_flat_param` frame names where rank 0 waited (D12's signature matches
+    it), not why: the cause is rank 1 leaving, which rank 0's `Connection closed` echoes."""
+    scanner, verdict = scan(kb, read("fsdp-rank-skips-step.log"))
+    frames = [e for e in scanner.scan.events if e.kind == "hit" and e.entry_id == "D12"]
+    assert frames and all(e.role == "frame" for e in frames)
+    assert verdict.diagnoses[0].entry_id != "D12"
+    d12 = [d for d in verdict.diagnoses if d.entry_id == "D12"]
+    assert not d12 or d12[0].score < 0.4
+
+
+def test_launcher_reports_come_after_the_rank_files_without_a_clock(kb: KnowledgeBase) -> None:
+    """--log-dir: the console's summary names rank 1 (SIGTERM) before rank 0's own file is read."""
+    root = DATA / "repro-MN3-log-dir"
+    files = [root / "console.log", *sorted(root.glob("attempt_0/*/std*.log"))]
+    _, verdict = scan(kb, *((str(p.relative_to(root)), p.read_text()) for p in files))
+    assert verdict.ordered_by == "position"
+    assert verdict.first_rank == 0
+    assert verdict.diagnoses[0].entry_id == "MN3"
+
+
+def test_no_signature_falls_back_to_the_query_engine(kb: KnowledgeBase) -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 40, in <module>\n'
+        "RuntimeError: the training loop hangs at the end of the epoch because one rank ran out of batches\n"
+    )
+    scanner, verdict = scan(kb, ("fb.log", text))
+    assert not any(e.kind == "hit" and not e.echo and e.weight >= 0.5 for e in scanner.scan.events)
+    expected = matcher.rank(kb, fallback_text(scanner.scan, scanner.scan.events), top=3)
+    assert expected.verdict == "match" and expected.best is not None
+    assert verdict.found and verdict.by_query_engine
+    assert verdict.diagnoses[0].entry_id == expected.best.entry.id
