@@ -401,3 +401,23 @@ async def test_clicking_a_breadcrumb_goes_back_to_that_question(kb: KnowledgeBas
         assert app.session.answers == {"what_do_you_see": "4"}
         node = app.session.position.node
         assert node is not None and node.id == "hang_end"
+
+
+def test_export_never_follows_a_planted_link_nor_reuses_a_name(tmp_path: Path) -> None:
+    from triage.tui.result_screen import write_new
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n", encoding="utf-8")
+    name = "triage-report-D4-20260101-120000.md"
+    (tmp_path / name).symlink_to(victim)  # planted where the next report will be written
+    (tmp_path / name.replace(".md", "-2.md")).symlink_to(tmp_path / "nowhere.md")  # a dangling one too
+    first = write_new(tmp_path, name, "report one\n")
+    second = write_new(tmp_path, name, "report two\n")
+    assert victim.read_text(encoding="utf-8") == "precious\n"
+    assert not (tmp_path / "nowhere.md").exists()
+    assert first.name == name.replace(".md", "-3.md") and not first.is_symlink()
+    assert second.name == name.replace(".md", "-4.md")
+    assert (
+        first.read_text(encoding="utf-8") == "report one\n"
+        and second.read_text(encoding="utf-8") == "report two\n"
+    )
