@@ -32,6 +32,7 @@ symptoms:
 signatures:
   - pattern: '<script>'
     note: "note {PAYLOAD}"
+    examples: ["a log line with <script> in it"]
 root_cause: |
   Root cause {PAYLOAD} and <iframe src="https://example.com"></iframe>
 
