@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         from triage.kb import generate
 
         (root / COMPILED_NAME).write_text(
-            compiled.to_json(compiled.with_docs(kb), fingerprint(root)), encoding="utf-8"
+            compiled.to_json(compiled.with_docs(kb, str(root)), fingerprint(root)), encoding="utf-8"
         )
         generate.write(root)
     if args.json:
