@@ -98,9 +98,11 @@ LAUNCHER_BOILERPLATE = re.compile(
 
 
 def _launcher_summary(event: Event, entry_id: str) -> bool:
-    if event.kind != "hit" or not event.echo or event.rank is not None:
+    if event.kind != "hit" or not event.echo:
         return False
-    return event.entry_id != entry_id or bool(LAUNCHER_BOILERPLATE.search(event.text))
+    if LAUNCHER_BOILERPLATE.search(event.text):
+        return True  # even when the summary block is filed under the rank it describes
+    return event.rank is None and event.entry_id != entry_id
 
 
 def evidence_line(scan: Scan, event: Event, indent: str = "    ") -> str:
