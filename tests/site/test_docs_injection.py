@@ -32,7 +32,7 @@ symptoms:
 signatures:
   - pattern: '<script>'
     note: "note {PAYLOAD}"
-    examples: ["a log line with <script> in it"]
+    examples: ['<script>alert(1)</script>']
 root_cause: |
   Root cause {PAYLOAD} and <iframe src="https://example.com"></iframe>
 
