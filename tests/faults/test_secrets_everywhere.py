@@ -130,22 +130,10 @@ def test_probe_output(as_json: bool, tmp_path: Path, port_holder: int) -> None:
 def test_walk_output(tmp_path: Path, port_holder: int) -> None:
     env, _ = probe_environment(tmp_path, port_holder)
     for as_json in (False, True):
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "triage",
-                "walk",
-                "--probe-timeout",
-                "20",
-                *(["--json"] if as_json else []),
-            ],
-            input="2\n1\n1\n",  # a hang at start-up, one machine: the env probe reads RANK
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-            check=False,
+        json_flag = ["--json"] if as_json else []
+        # a hang at start-up, one machine: the env probe reads RANK
+        result = run_triage(
+            "walk", "--probe-timeout", "20", *json_flag, env=env, timeout=120, stdin="2\n1\n1\n"
         )
         assert result.returncode == 0, result.stderr
         assert "RANK=" in result.stdout + result.stderr
