@@ -44,11 +44,12 @@ system-deps:
 	    && echo "== make test: chromium installed."; }
 
 test: system-deps lint kb
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
-# The quick tier while developing: no torch processes, no browser, no Textual app (marker `slow`).
+# The quick tier while developing: no torch processes, no browser, no Textual app (marker `slow`),
+# spread over the machine's cores.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n auto
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done

@@ -216,13 +216,31 @@ def _fast_ask(argv: list[str]) -> SimpleNamespace | None:
     return args
 
 
+# Commands whose output is not a text stream: the app draws the terminal itself, docs writes files.
+_UNREDACTED_COMMANDS = ("tui", "docs")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The `triage` command: run it with every line it prints redacted; returns the exit status."""
+    streams = (sys.stdout, sys.stderr)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if _chosen(argv, list(_UNREDACTED_COMMANDS)) is None and argv:  # (no directory listing for `ask`)
+        # The one redaction pass at the terminal boundary: every command's output, JSON and errors.
+        from triage.core.redact import RedactingStream
+
+        sys.stdout, sys.stderr = (RedactingStream(s) for s in streams)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv: list[str]) -> int:
     """Parse the command line, run the command, and turn errors into exit codes."""
     debug = bool(os.environ.get("TRIAGE_DEBUG"))
     if not isinstance(sys.stdout, _PipeSafeStdout) and sys.stdout is not None:
         sys.stdout = _PipeSafeStdout(sys.stdout)
     try:
-        argv = list(sys.argv[1:] if argv is None else argv)
         fast = _fast_ask(argv)
         if fast is not None:  # `ask` starts no process, so it needs no signal handlers either
             from triage.cli import ask

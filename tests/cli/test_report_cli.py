@@ -105,6 +105,7 @@ def _node_json(run_cli: Run, path: Path, env: dict[str, str]) -> Path:
     return path
 
 
+@pytest.mark.slow  # runs every probe
 def test_merge_names_what_differs_between_two_nodes(run_cli: Run, tmp_path: Path) -> None:
     first = _node_json(
         run_cli,
@@ -132,6 +133,7 @@ def test_merge_names_what_differs_between_two_nodes(run_cli: Run, tmp_path: Path
     assert same.returncode == 0 and "the same on every node" in same.stdout.decode()
 
 
+@pytest.mark.slow  # runs every probe
 def test_merge_refuses_what_is_not_a_node_report(run_cli: Run, tmp_path: Path) -> None:
     good = _node_json(run_cli, tmp_path / "good.json", {})
     (tmp_path / "bad.json").write_text("{not json")
@@ -159,3 +161,16 @@ def test_bad_input_before_any_probe_runs(run_cli: Run, tmp_path: Path) -> None:
     assert "cannot be written" in one_error_line(
         run_cli("report", "--no-probes", "--out", str(tmp_path / "no" / "x.md"))
     )
+
+
+def test_hang_adds_triage_hangs_picture_or_says_why_not(run_cli: Run) -> None:
+    """Other jobs may run on the machine the tests run on: either outcome is a real one."""
+    result = run_cli("report", "--hang", "--timeout", "3")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.decode()
+    unseen = text.split("## What triage could not look at", 1)[1]
+    if "\n## Hung job\n" in text:
+        assert "**Verdict:**" in text.split("\n## Hung job\n", 1)[1]
+    else:
+        assert "a hung job: no distributed training job found" in unseen
+    assert "`triage report --hang`" not in unseen

@@ -8,7 +8,7 @@ import sys
 
 from triage.core.exitcodes import Exit
 
-HELP = "check, build or extend the knowledge base (check, build, codes, new)"
+HELP = "check, build or extend the knowledge base"
 DESCRIPTION = (
     "check: validate every file of the knowledge base and that compiled.json is up to date (exit 2 on any "
     "problem). build: validate, then write compiled.json (and, in the project's knowledge dir, the schema "
