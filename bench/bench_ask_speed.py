@@ -6,8 +6,9 @@ Target: median `triage ask` <= 3.5x median `python -c pass` (the issue's budget 
 feel). The wheel is built from this checkout (`pip wheel --no-deps`, with the build backend already
 installed here) and installed without its dependencies into a fresh virtual environment in a
 temporary directory: `ask` imports none of them, and no network is needed. The installer compiles
-the bytecode, as `pip install` does for users. Also prints which heavy modules the ask process
-imported (should be none).
+the bytecode, as `pip install` does for users. The commands run in turns, so that a change in the
+machine's load shifts them all alike. Also prints which heavy modules the ask process imported
+(should be none).
 """
 
 from __future__ import annotations
@@ -31,13 +32,16 @@ HEAVY = ("torch", "textual", "markdown_it", "yaml", "rich", "rapidfuzz", "wordfr
 TARGET = 3.5
 
 
-def timed(cmd: list[str], runs: int, cwd: Path) -> float:
-    samples = []
+def timed(commands: dict[str, list[str]], runs: int, cwd: Path) -> dict[str, float]:
+    """Median wall time of each command, run in turns (one of each per round), so that a change in
+    the machine's load during the measurement affects them all alike."""
+    samples: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd, check=False)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        for name, cmd in commands.items():
+            start = time.perf_counter()
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd, check=False)
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def install(work: Path) -> Path:
@@ -82,10 +86,11 @@ def main() -> int:
         bin_dir = install(work)
         python, triage = str(bin_dir / "python"), str(bin_dir / "triage")
         neutral = Path(scratch)  # not the checkout: the installed package must be the one imported
-        timed([python, "-c", "pass"], 3, neutral)  # warm the page cache
-        timed([triage, "ask", QUERIES[0]], 3, neutral)
-        floor = timed([python, "-c", "pass"], args.runs, neutral)
-        results = {q: timed([triage, "ask", q], args.runs, neutral) for q in QUERIES}
+        commands = {"pass": [python, "-c", "pass"], **{q: [triage, "ask", q] for q in QUERIES}}
+        timed(commands, 3, neutral)  # warm the page cache
+        medians = timed(commands, args.runs, neutral)
+        floor = medians.pop("pass")
+        results = medians
         probe = (
             "import sys, io, contextlib\n"
             "from triage.main import main\n"

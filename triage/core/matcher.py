@@ -23,7 +23,6 @@ import re
 from collections.abc import Mapping
 
 from triage.core.model import Entry, KnowledgeBase, QuestionNode
-from triage.core.safe_regex import windows
 from triage.core.text import PAIR, Normalizer, foreign_share, pairs
 
 TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
@@ -258,6 +257,8 @@ def _signature_score(index: Index, position: int, text: str, lowered: str) -> tu
         regex = index.regex(sig.safe)
         if regex is None:
             continue
+        from triage.core.safe_regex import windows  # only once a signature's literal is in the text
+
         parts = windows(text, lowered, sig.anchors, sig.reach)
         m = next((hit for part in parts if (hit := regex.search(part)) is not None), None)
         if m is None:

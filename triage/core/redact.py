@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TextIO
+
+TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing on every run
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 REDACTED = "<redacted>"
 
