@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from probes import launchers
 from probes.subproc import evidence
+from triage.core import launchers
 from triage.core.facts import Evidence, ProbeOptions, ProbeResult, Status
 from triage.core.redact import redact_env
 

@@ -109,11 +109,13 @@ def run_command(
 
 
 def evidence(source: str, output: str) -> Evidence:
-    """Evidence with secrets redacted and the output cut to a readable length."""
-    text = output.rstrip()
+    """Evidence with secrets redacted and then the output cut to a readable length (in that
+    order: a secret cut in half is no longer recognisable)."""
+    text = redact_text(output.rstrip()[: MAX_EVIDENCE_CHARS * 4])
     if len(text) > MAX_EVIDENCE_CHARS:
-        text = text[:MAX_EVIDENCE_CHARS] + f"\n... ({len(output) - MAX_EVIDENCE_CHARS} more characters)"
-    return Evidence(redact_text(source), redact_text(text))
+        more = len(output.rstrip()) - MAX_EVIDENCE_CHARS
+        text = text[:MAX_EVIDENCE_CHARS] + f"\n... ({more} more characters)"
+    return Evidence(redact_text(source), text)
 
 
 def command_evidence(result: CommandResult) -> Evidence:

@@ -173,14 +173,32 @@ class _PipeSafeStdout:
         return getattr(self._stream, name)
 
 
+# Commands whose output is not a text stream: the app draws the terminal itself, docs writes files.
+_UNREDACTED_COMMANDS = ("tui", "docs")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The `triage` command: run it with every line it prints redacted; returns the exit status."""
+    streams = (sys.stdout, sys.stderr)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if _chosen(argv, _command_names()) not in _UNREDACTED_COMMANDS and argv:
+        # The one redaction pass at the terminal boundary: every command's output, JSON and errors.
+        from triage.core.redact import RedactingStream
+
+        sys.stdout, sys.stderr = (RedactingStream(s) for s in streams)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv: list[str]) -> int:
     """Parse the command line, run the command, and turn errors into exit codes."""
     debug = bool(os.environ.get("TRIAGE_DEBUG"))
     install_signal_handlers()  # SIGTERM unwinds like Ctrl-C, so no child is left behind
     if not isinstance(sys.stdout, _PipeSafeStdout) and sys.stdout is not None:
         sys.stdout = _PipeSafeStdout(sys.stdout)
     try:
-        argv = list(sys.argv[1:] if argv is None else argv)
         modules = _command_modules(argv)
         parser = build_parser(modules)
         args = parser.parse_args(argv)

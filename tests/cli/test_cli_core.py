@@ -21,7 +21,7 @@ def one_error_line(result: CliResult) -> str:
 
 
 def test_ask_prints_best_entry_fix_and_verification(run_cli: Run) -> None:
-    result = run_cli("--kb", str(MINIMAL_KB), "ask", "my job is stuck at the last batch")
+    result = run_cli("--kb", str(MINIMAL_KB), "ask", "training freezes on the last batch of the epoch")
     out = result.stdout.decode()
     assert result.returncode == 0
     lines = out.split("\n")

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.secrets_corpus import LOOKALIKES, SHAPES, Shape
 from triage.core.redact import REDACTED, is_secret_name, redact_env, redact_obj, redact_text, redact_value
 
 HF = "hf_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7"
@@ -98,3 +99,48 @@ def test_empty_and_idempotent() -> None:
     assert redact_text("") == ""
     once = redact_text(f"HF_TOKEN={HF}")
     assert redact_text(once) == once
+
+
+# -- the secrets corpus (tests/secrets_corpus.py): every shape hidden, every look-alike kept ----------
+
+
+def test_the_corpus_is_big_enough() -> None:
+    assert len(SHAPES) >= 60 and len({s.name for s in SHAPES}) == len(SHAPES)
+    assert len(LOOKALIKES) >= 20
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[s.name for s in SHAPES])
+def test_every_secret_shape_is_redacted(shape: Shape) -> None:
+    out = redact_text(shape.text)
+    for secret in shape.secrets:
+        assert secret not in out, out
+    assert REDACTED in out
+    assert redact_text(out) == out  # idempotent
+    if shape.variable:
+        assert is_secret_name(shape.variable)
+        assert redact_value(shape.variable, shape.text.split("=", 1)[1]) == REDACTED
+
+
+@pytest.mark.parametrize("text", LOOKALIKES)
+def test_lookalikes_survive(text: str) -> None:
+    assert redact_text(text) == text
+
+
+def test_the_whole_corpus_at_once() -> None:
+    """Shapes next to one another and next to look-alikes, in one text (name=value runs overlap)."""
+    text = "\n".join(f"{look} {shape.text}" for look, shape in zip(LOOKALIKES * 3, SHAPES, strict=False))
+    out = redact_text(text)
+    for shape in SHAPES:
+        for secret in shape.secrets:
+            assert secret not in out
+    for look in LOOKALIKES:
+        assert look in out
+
+
+def test_evidence_is_redacted_before_it_is_cut() -> None:
+    from probes.subproc import MAX_EVIDENCE_CHARS, evidence
+
+    secret = "hf_" + "Q" * 40
+    output = "x" * (MAX_EVIDENCE_CHARS - 10) + " " + secret
+    shown = evidence("cmd", output).output
+    assert "hf_" not in shown and "QQQQQQQQ" not in shown

@@ -1,58 +1,63 @@
-"""Redaction of secrets in anything triage prints, saves or sends to a bug report.
+"""Redaction of secrets in anything triage prints, saves or sends to a bug report: the one owner.
 
-Pure functions, shared by the probes (their evidence), `triage probe --json` and the TUI's report
-export. Two rules: a variable whose *name* says it holds a secret (TOKEN, KEY, SECRET, PASSWORD,
-PASSWD, CREDENTIAL, AUTH) has its value replaced, and any *value* that looks like a known token
-format (hf_..., ghp_..., sk-..., AKIA..., a JWT, a password in a URL) is replaced wherever it appears.
-Redaction errs on the side of hiding: a false positive costs a value nobody needed, a false negative
-leaks a key into a pasted issue.
+Pure functions, used at every output boundary: the terminal and JSON of every command (main.py
+wraps stdout and stderr), probe evidence, the TUI's screens and its exported report, log evidence.
+Redaction errs on the side of hiding: a false positive costs a value nobody needed, a false
+negative leaks a key into a pasted issue. It does not touch what merely looks like a secret and
+is needed for a diagnosis: commit hashes, UUIDs, NCCL ids, digests, ports, addresses.
+
+`redact_text` makes passes over the text, each for one shape, so that shapes nested in one another
+are all seen (a `?token=` inside a URL, a password inside a JSON string, a key inside a PEM block):
+
+1. private key blocks (PEM, OpenSSH, PGP; also written with `\\n` escapes inside JSON);
+2. HTTP headers: Authorization, Cookie, Set-Cookie, X-Api-Key;
+3. URLs: the password of `user:password@host` (which may hold `@` or `/`), a DSN's key, and query
+   parameters with secret names (`?token=`, `&sig=` of an Azure SAS, `X-Amz-Signature`);
+4. token formats that are secrets wherever they appear (hf_, ghp_, sk-, xoxb-, AKIA..., a JWT,
+   ya29., npm_, pypi-, SendGrid, Slack webhooks, a bare AWS secret key...);
+5. command lines: `--password X`, `--api-key X`, `curl -u user:pw`, `mysql -pX`, `wandb login KEY`;
+6. `NAME=value`, `NAME: value`, `"NAME": "value"` where the name says secret; a quoted value is
+   hidden up to its closing quote, spaces and all.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TextIO
 
 REDACTED = "<redacted>"
 
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
-# Names that contain a secret word but hold none: TOKENIZERS_PARALLELISM, AUTHOR, "keys:" in torch's
-# store errors, max_tokens. Kept visible because they matter to a diagnosis.
-_BENIGN_NAME = re.compile(r"TOKENIZER|AUTHOR|KEYBOARD|(?:KEYS|TOKENS)$", re.IGNORECASE)
 
-# Token formats that are secrets wherever they appear, whatever variable or line holds them.
-_TOKEN_PATTERNS: tuple[str, ...] = (
-    r"hf_[A-Za-z0-9]{16,}",  # Hugging Face
-    r"gh[pousr]_[A-Za-z0-9]{20,}",  # GitHub personal, OAuth, user-to-server, server, refresh
-    r"github_pat_[A-Za-z0-9_]{20,}",
-    r"sk-[A-Za-z0-9_\-]{16,}",  # OpenAI / Anthropic style (sk-..., sk-proj-..., sk-ant-...)
-    r"xox[abposr]-[A-Za-z0-9\-]{10,}",  # Slack
-    r"glpat-[A-Za-z0-9_\-]{16,}",  # GitLab
-    r"(?:AKIA|ASIA)[0-9A-Z]{16}",  # AWS access key id
-    r"AIza[0-9A-Za-z_\-]{30,}",  # Google API key
-    r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # JWT
+def _lazy(pattern: str, flags: int = 0) -> Callable[[], re.Pattern[str]]:
+    """A regex compiled on first use (the command line imports this module for every command)."""
+    compiled: list[re.Pattern[str]] = []
+
+    def get() -> re.Pattern[str]:
+        if not compiled:
+            compiled.append(re.compile(pattern, flags))
+        return compiled[0]
+
+    return get
+
+
+# A name says "secret" when it holds one of these words (case-insensitive) once the benign words
+# that contain them are taken out: TOKENIZERS_PARALLELISM, AUTHOR, KEYBOARD, max_tokens, num_keys.
+SECRET_NAME = _lazy(
+    r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|[_\-.]PWD$|[_\-.]PASS$"
+    r"|PRIVATE",
+    re.IGNORECASE,
 )
-_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(_TOKEN_PATTERNS) + r")")
-
-# user:password@ in a URL (https://user:pw@host, redis://:pw@host).
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)(?P<pw>[^\s@/]+)(?P<at>@)")
-
-# NAME=value, NAME: value, "NAME": "value", --name=value where the name says secret.
-_ASSIGNMENT = re.compile(
-    r"""(?P<name>(?<![A-Za-z0-9_])-{0,2}[A-Za-z_][A-Za-z0-9_\-]*)"""
-    r"""(?P<sep>["']?\s*[=:]\s*)"""
-    r"""(?P<quote>["']?)(?P<value>[^\s"',;}]+)"""
-)
-
-# "Authorization: Bearer <token>" and "Basic <base64>".
-_BEARER = re.compile(
-    r"(?P<head>\b(?:Bearer|Basic|Token)\s+)(?P<value>[A-Za-z0-9._~+/=\-]{8,})", re.IGNORECASE
+_BENIGN = _lazy(
+    r"TOKENI[ZS]ERS?|AUTHORS?(?!IZ)|KEYBOARD|MONKEY|HOTKEYS?|(?:MAX|MIN|NUM|TOTAL|INPUT|OUTPUT|NEW|PROMPT|N)"
+    r"[_\-]?(?:TOKENS?|KEYS?)|^(?:KEYS|TOKENS)$|SORT[_\-]?KEYS?|^\w*(?:Error|Exception|Warning)$",
+    re.IGNORECASE,
 )
 
 
 def is_secret_name(name: str) -> bool:
-    """True when a variable or key name says its value is a secret."""
-    return bool(SECRET_NAME.search(name)) and not _BENIGN_NAME.search(name)
+    """True when a variable, key, flag or parameter name says its value is a secret."""
+    return bool(SECRET_NAME().search(_BENIGN().sub("", name)))
 
 
 def redact_value(name: str, value: str) -> str:
@@ -67,21 +72,202 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {name: redact_value(name, value) for name, value in env.items()}
 
 
+# -- 1. private keys ------------------------------------------------------------------------
+_KEY_BLOCK = _lazy(
+    r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+    r"(?:.{0,20000}?-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|.{0,20000})",
+    re.DOTALL,
+)
+
+# -- 2. headers -----------------------------------------------------------------------------
+_HEADER = _lazy(
+    r"(?P<head>\b(?:Proxy-)?Authorization\s*:\s*(?:(?:Bearer|Basic|Token|Digest|Bot|AWS4-HMAC-SHA256)\s+)?"
+    r"|\b(?:Set-)?Cookie\s*:\s*|\bX-(?:Api|Auth)-(?:Key|Token)\s*:\s*)(?P<value>[^\r\n\"']{1,4000})",
+    re.IGNORECASE,
+)
+_BEARER = _lazy(r"(?P<head>\b(?:Bearer|Basic)\s+)(?P<value>[A-Za-z0-9._~+/=\-]{8,})")
+
+# -- 3. URLs --------------------------------------------------------------------------------
+_URL_PASSWORD = _lazy(
+    r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/@]{0,256}:)(?!\d{1,5}(?:/|$))"
+    r"(?P<pw>[^\s]{1,512}?)(?P<at>@)(?=[A-Za-z0-9\-.\[\]]{1,256}(?::\d{1,5})?(?:[/?#\s\"'<>),]|$))"
+)
+_URL_KEY = _lazy(r"(?P<head>://)(?P<key>[A-Za-z0-9_\-]{20,128})(?P<at>@)")  # a DSN's key, no password
+_QUERY = _lazy(r"(?P<lead>[?&;])(?P<name>[A-Za-z][A-Za-z0-9_.\-]{0,64})=(?P<value>[^&#\s\"'<>]{1,4096})")
+_QUERY_SECRETS = frozenset({"sig", "signature", "code", "client_secret", "x-amz-signature"})
+
+# -- 4. token formats -----------------------------------------------------------------------
+_TOKEN_PATTERNS: tuple[str, ...] = (
+    r"hf_[A-Za-z0-9]{16,}",  # Hugging Face
+    r"api_org_[A-Za-z0-9]{16,}",  # Hugging Face organisation
+    r"gh[pousr]_[A-Za-z0-9]{20,}",  # GitHub personal, OAuth, user-to-server, server, refresh
+    r"github_pat_[A-Za-z0-9_]{20,}",
+    r"sk-[A-Za-z0-9_\-]{16,}",  # OpenAI / Anthropic style (sk-..., sk-proj-..., sk-ant-...)
+    r"[sr]k_(?:live|test)_[A-Za-z0-9]{16,}",  # Stripe
+    r"xox[abposre]-[A-Za-z0-9\-]{10,}",  # Slack
+    r"xapp-\d-[A-Za-z0-9\-]{10,}",  # Slack app-level
+    r"glpat-[A-Za-z0-9_\-]{16,}",  # GitLab
+    r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}",  # AWS access key id
+    r"AIza[0-9A-Za-z_\-]{30,}",  # Google API key
+    r"ya29\.[0-9A-Za-z_\-]{20,}",  # Google OAuth access token
+    r"1//0[0-9A-Za-z_\-]{30,}",  # Google OAuth refresh token
+    r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # JWT
+    r"npm_[A-Za-z0-9]{30,}",  # npm
+    r"pypi-[A-Za-z0-9_\-]{40,}",  # PyPI
+    r"dapi[0-9a-f]{32}(?:-\d)?",  # Databricks
+    r"SG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{16,}",  # SendGrid
+    r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_\-]{16,}",  # Slack webhook
+    r"discord(?:app)?\.com/api/webhooks/\d+/[A-Za-z0-9_\-]{20,}",  # Discord webhook
+    r"wandb_v1_[A-Za-z0-9_]{20,}",  # Weights & Biases (new format)
+    r"(?:LTAI|lsv2_(?:pt|sk)_)[A-Za-z0-9_]{16,}",  # Alibaba access key, LangSmith
+    r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}",  # Shopify
+    r"dop_v1_[a-f0-9]{64}",  # DigitalOcean
+    r"hvs\.[A-Za-z0-9_\-]{24,}",  # HashiCorp Vault
+)
+_TOKEN = _lazy(r"(?<![A-Za-z0-9])(?:" + "|".join(_TOKEN_PATTERNS) + r")")
+# Lower-case text every token format starts with (or holds): the token pass runs only when one is there.
+_TOKEN_NEEDLES = (
+    "hf_",
+    "api_org_",
+    "gh",
+    "sk-",
+    "k_live_",
+    "k_test_",
+    "xox",
+    "xapp-",
+    "glpat-",
+    "akia",
+    "asia",
+    "agpa",
+    "aida",
+    "aroa",
+    "anpa",
+    "aiza",
+    "ya29.",
+    "1//0",
+    "eyj",
+    "npm_",
+    "pypi-",
+    "dapi",
+    "sg.",
+    "hooks.slack.com",
+    "discord",
+    "wandb_v1_",
+    "ltai",
+    "lsv2_",
+    "shp",
+    "dop_v1_",
+    "hvs.",
+)
+# A bare AWS secret access key: 40 characters of base64 with upper and lower case and a digit or
+# sign; a commit hash (40 lower-case hex) never has an upper-case letter.
+_AWS_SECRET = _lazy(
+    r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
+    r"(?=[A-Za-z0-9/+]{0,39}[0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
+)
+
+# -- 5. command lines -------------------------------------------------------------------------
+_QUOTED = r"\"(?:[^\"\\\n]|\\.){0,4096}\"|'[^'\n]{0,4096}'"
+_FLAG = _lazy(
+    r"(?P<flag>(?<![\w\-])--?[A-Za-z][A-Za-z0-9_\-.]{0,64})(?P<sep>[ \t]+|=)"
+    rf"(?P<value>{_QUOTED}|(?!-)[^\s\"']{{1,4096}})"
+)
+_USER_PASSWORD = _lazy(r"(?P<head>(?<![\w\-])(?:-u|--user)\s+[^\s:]{1,256}:)(?P<pw>[^\s]{1,1024})")
+_MYSQL_PASSWORD = _lazy(
+    r"(?P<head>\b(?:mysql\w{0,10}|mariadb\w{0,10})\b[^\n]{0,1024}?(?<![\w\-])-p)(?P<pw>[^\s\-][^\s]{0,1024})"
+)
+_LOGIN_KEY = _lazy(r"(?P<head>\bwandb\s+login\s+(?:--?[\w\-]+\s+){0,4})(?P<key>[0-9a-f]{40}\b)")
+
+# -- 6. assignments -------------------------------------------------------------------------
+_ASSIGNMENT = _lazy(
+    r"(?P<name>(?<![A-Za-z0-9_.\-])[A-Za-z_][A-Za-z0-9_.\-]{0,128})"
+    r"(?P<sep>[\"']?[ \t]{0,16}(?:=|:(?!//))[ \t]{0,16})"
+    rf"(?P<value>{_QUOTED}|[^\s\"',;}}&`]{{1,4096}})"
+)
+# Values that stand for a secret without being one: `$HF_TOKEN`, `<your key>`, `KEY=value`.
+_PLACEHOLDER = _lazy(
+    r"^[\"']?(?:\$\{?\w+\}?|<[^<>]{0,64}>|value|\.\.\.|…|x{3,}|\*{3,}|none|null|true|false)[\"']?$",
+    re.IGNORECASE,
+)
+
+
+def _keep_head(match: re.Match[str]) -> str:
+    rest = match[0][len(match["head"]) :]
+    return match[0] if rest.startswith(REDACTED) else f"{match['head']}{REDACTED}"
+
+
+def _url_password(match: re.Match[str]) -> str:
+    return f"{match['head']}{REDACTED}{match['at']}"
+
+
+def _url_key(match: re.Match[str]) -> str:
+    return f"{match['head']}{REDACTED}{match['at']}"
+
+
+def _query(match: re.Match[str]) -> str:
+    name = match["name"]
+    if match["value"] == REDACTED or not (is_secret_name(name) or name.lower() in _QUERY_SECRETS):
+        return match[0]
+    return f"{match['lead']}{name}={REDACTED}"
+
+
+def _quoted_redacted(value: str) -> str:
+    if len(value) >= 2 and value[0] in "\"'" and value[-1] == value[0]:
+        return f"{value[0]}{REDACTED}{value[0]}"
+    return REDACTED
+
+
+def _flag(match: re.Match[str]) -> str:
+    value = match["value"]
+    if not is_secret_name(match["flag"].lstrip("-")) or REDACTED in value or _PLACEHOLDER().match(value):
+        return match[0]
+    return f"{match['flag']}{match['sep']}{_quoted_redacted(value)}"
+
+
+def _assignment(match: re.Match[str]) -> str:
+    value = match["value"]
+    if (
+        not is_secret_name(match["name"])
+        or REDACTED in value
+        or _PLACEHOLDER().match(value)
+        or not value.strip("\"'")
+    ):
+        return match[0]
+    return f"{match['name']}{match['sep']}{_quoted_redacted(value)}"
+
+
+# (pattern, replacement, needles): a pass runs only when the lower-cased text holds one of its
+# needles, and each pattern is compiled on first use, so that a command whose output holds no
+# secret-like text (most `triage ask` answers) pays for a few substring tests, not for compiling
+# every pattern.
+_Replacement = str | Callable[[re.Match[str]], str]
+_PASSES: tuple[tuple[Callable[[], re.Pattern[str]], _Replacement, tuple[str, ...]], ...] = (
+    (_KEY_BLOCK, REDACTED, ("private key",)),
+    (_HEADER, _keep_head, ("authorization", "cookie", "x-api-", "x-auth-")),
+    (_URL_PASSWORD, _url_password, ("://",)),
+    (_URL_KEY, _url_key, ("://",)),
+    (_QUERY, _query, ("=",)),
+    (_TOKEN, REDACTED, _TOKEN_NEEDLES),
+    (_AWS_SECRET, REDACTED, ("",)),
+    (_BEARER, _keep_head, ("bearer", "basic")),
+    (_USER_PASSWORD, _keep_head, ("-u", "--user")),
+    (_MYSQL_PASSWORD, _keep_head, ("mysql", "mariadb")),
+    (_LOGIN_KEY, _keep_head, ("wandb",)),
+    (_FLAG, _flag, ("-",)),
+    (_ASSIGNMENT, _assignment, ("=", ":")),
+)
+_MAYBE = _lazy(r"[=:@]|PRIVATE KEY|[A-Za-z0-9/+]{16}|-[A-Za-z]", re.IGNORECASE)
+
+
 def redact_text(text: str) -> str:
-    """Free text (command output, a log, a config file) with secrets replaced."""
-    if not text:
+    """Free text (command output, a log line, a config file, a report) with secrets replaced."""
+    if not text or not _MAYBE().search(text):
         return text
-    text = _TOKEN.sub(REDACTED, text)
-    text = _URL_PASSWORD.sub(lambda m: f"{m['head']}{REDACTED}{m['at']}", text)
-    text = _BEARER.sub(lambda m: f"{m['head']}{REDACTED}", text)
-
-    def assignment(match: re.Match[str]) -> str:
-        name = match["name"].lstrip("-")
-        if not is_secret_name(name) or match["value"] == REDACTED:
-            return match[0]
-        return f"{match['name']}{match['sep']}{match['quote']}{REDACTED}"
-
-    return _ASSIGNMENT.sub(assignment, text)
+    lowered = text.lower()
+    for pattern, replacement, needles in _PASSES:
+        if any(needle in lowered for needle in needles):
+            text = pattern().sub(replacement, text)
+    return text
 
 
 def redact_obj(obj: object, key: str = "") -> object:
@@ -97,3 +283,23 @@ def redact_obj(obj: object, key: str = "") -> object:
     if isinstance(obj, list | tuple):
         return [redact_obj(item, key) for item in obj]
     return obj
+
+
+class RedactingStream:
+    """A text stream that redacts whatever is written through it: the command line's stdout and
+    stderr, so no command can print a secret, whatever the code path (one write is one text:
+    print, json.dumps, a report)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(redact_text(text))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)

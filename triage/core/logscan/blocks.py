@@ -178,11 +178,25 @@ class RankReader:
 def mismatch(waits: dict[int, WaitPoint]) -> tuple[WaitPoint, WaitPoint] | None:
     """Two ranks waiting in different collectives, or in one collective called from different
     lines of the user's code: the collectives will never pair up. None when they agree."""
+    # The first pair (by rank) that disagrees, found in one pass rather than over every pair: a
+    # log can name thousands of ranks.
     points = sorted(waits.values(), key=lambda w: w.rank)
-    for first_index, first in enumerate(points):
-        for other in points[first_index + 1 :]:
-            if first.collective != other.collective:
-                return first, other
-            if first.where and other.where and first.where != other.where:
-                return first, other
+    if not points:
+        return None
+    first = points[0]
+    for other in points[1:]:
+        if first.collective != other.collective or (
+            first.where and other.where and first.where != other.where
+        ):
+            return first, other
+    if first.where:
+        return None  # every other rank has the first one's collective and place, or no place
+    placed: WaitPoint | None = None  # the lowest rank that says where it waits
+    for other in points[1:]:
+        if not other.where:
+            continue
+        if placed is None:
+            placed = other
+        elif other.where != placed.where:
+            return placed, other
     return None

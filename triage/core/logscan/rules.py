@@ -23,6 +23,7 @@ And the patterns no single line shows, each a diagnosis of its own (see `inferre
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 
@@ -77,7 +78,13 @@ class Inferred:
 
 def is_launcher(event: Event) -> bool:
     """A line of the launcher reporting on its workers (an exit, the failure summary, a teardown)."""
-    return event.kind == "exit" or bool(_LAUNCHER.search(event.text))
+    return event.kind == "exit" or _launcher_text(event.text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _launcher_text(text: str) -> bool:
+    # Asked several times for each event while the verdict is reasoned out.
+    return bool(_LAUNCHER.search(text))
 
 
 def is_context(event: Event) -> bool:

@@ -24,16 +24,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from triage.core.logscan.blocks import RankReader
 from triage.core.logscan.patterns import STRUCTURAL_ANCHORS, SignatureSet
 from triage.core.logscan.prefixes import rank_from_path, rank_in_message, split_prefix
 from triage.core.logscan.structure import UMBRELLA, Found, Structure
 from triage.core.logscan.timestamps import timestamp
+from triage.core.redact import redact_text
 
 MAX_EVENTS = 5000  # events kept in full; past it, only the first of each (kind, entry, rank)
-MAX_TEXT = 400  # characters of a line kept as evidence
+MAX_PER_KEY = 100  # events kept of one (kind, entry, rank): a log where every line is a hit
+MAX_RANKS = 4096  # ranks tracked one by one; lines naming ranks beyond are counted, rankless
+MAX_TEXT = 400  # characters of a line kept as evidence (after redaction)
+RAW_TEXT = 4 * MAX_TEXT  # characters redaction sees first: a secret cut in half is not recognised
+REPEATS = 4  # times a line of one shape from one rank is read in full before repeats are only counted
+MAX_SHAPES = 50_000  # shapes remembered (the memory of a log whose every line is new stays bounded)
+_DIGITS = str.maketrans("0123456789", "0000000000")
+# Lines that may open or continue a multi-line structure (a traceback, an NCCL error): never skipped.
+_STRUCTURAL = re.compile(r"traceback|file \"|error|exception|terminate|what\(\)|warn|exit|signal|spawn")
 MAX_HEAD = 16 << 10  # characters of each source kept for the query-engine fallback
 SIGTERM_EXIT = -15
 SUBSTANTIVE_WEIGHT = 0.5  # a weaker non-echo signature is a hint: it does not explain a line
@@ -91,7 +100,8 @@ class Scan:
     hits: int = 0  # signature hits, including those not kept (a line can hold several)
     hit_lines: int = 0  # lines with at least one signature hit
     dropped: int = 0  # events not kept because of MAX_EVENTS
-    ranks_seen: set[int] = field(default_factory=set)
+    ranks_seen: set[int] = field(default_factory=set)  # at most MAX_RANKS of them
+    ranks_untracked: int = 0  # lines that named a rank past the first MAX_RANKS
     root_cause_rank: int | None = None  # the rank torchrun's summary calls the root cause
     ranks: RankReader = field(default_factory=RankReader)  # traceback blocks and wait points
     gpus: dict[tuple[str, str], set[int]] = field(default_factory=dict)  # (host, busId) -> ranks on it
@@ -107,7 +117,11 @@ class Scanner:
         self._anchor_items = sorted(signatures.by_anchor.items())
         self._current: tuple[int | None, float | None] = (None, None)
         self._frame_at: dict[tuple[int, int | None], int] = {}  # (source, rank) -> last frame line
-        self._kept: set[tuple[str, str, int | None]] = set()
+        self._kept: dict[tuple[str, str, int | None], int] = {}  # events kept per key
+        # (source, rank, line with its digits zeroed) -> (times read in full, hits it gave)
+        self._repeats: dict[tuple[int, int | None, str], tuple[int, int]] = {}
+        self._found_count = 0
+        self._redacted = ("", "")  # the last text redacted, and the result
         self._structure = Structure(self._found)
         self.scan.ranks = self._structure.reader
         self.scan.gpus = self._structure.gpus
@@ -192,10 +206,18 @@ class Scanner:
             rank = self._structure.summary_rank(source, number)
         if rank is None:
             rank = self._structure.spawn_rank(source)
-        if rank is not None:
-            self.scan.ranks_seen.add(rank)
+        rank = self._tracked(rank)
+        shape = (source, rank, body.translate(_DIGITS))
+        repeated = self._repeats.get(shape)
+        if repeated is not None and repeated[0] >= REPEATS:
+            # The same line again, but for its numbers, from the same rank: its events are
+            # already kept (or capped); count its hits and move on. Every-line-a-hit logs.
+            self.scan.hits += repeated[1]
+            self.scan.hit_lines += 1 if repeated[1] else 0
+            return
+        found_before = self._found_count
         when = timestamp(line)
-        short = body.strip()[:MAX_TEXT]
+        short = body.strip()[:RAW_TEXT]
         lowered = line.lower()
 
         tried: set[int] = set()
@@ -246,24 +268,28 @@ class Scanner:
         if self.scan.hits > hits_before:
             self.scan.hit_lines += 1
         self._current = (rank, when)
-        if role == "info":
-            return
-        self._structure.feed(source, number, rank, split.host, body, short, matched and role != "frame")
-        self.scan.root_cause_rank = self._structure.root_cause_rank
+        if role != "info":
+            self._structure.feed(source, number, rank, split.host, body, short, matched and role != "frame")
+            self.scan.root_cause_rank = self._structure.root_cause_rank
+        if role == "" and self._found_count == found_before and not _STRUCTURAL.search(lowered):
+            # Only a line that fed nothing but hits may be skipped when it repeats.
+            if len(self._repeats) >= MAX_SHAPES:
+                self._repeats.clear()
+            seen = self._repeats.get(shape, (0, 0))
+            self._repeats[shape] = (seen[0] + 1, self.scan.hits - hits_before)
 
     def _found(self, source: int, number: int, found: Found) -> None:
         """An event from the structure reader, on the line being scanned."""
+        self._found_count += 1
         _, when = self._current
-        if found.rank is not None:
-            self.scan.ranks_seen.add(found.rank)
         self._add(
             Event(
                 found.kind,
                 source,
                 number,
-                found.rank,
+                self._tracked(found.rank),
                 when,
-                found.text[:MAX_TEXT],
+                found.text[:RAW_TEXT],
                 note=found.note,
                 exit_code=found.exit_code,
                 collective=found.collective,
@@ -290,11 +316,26 @@ class Scanner:
         self._structure.reader.finish()
         return self.scan
 
+    def _tracked(self, rank: int | None) -> int | None:
+        """`rank`, or None past the first MAX_RANKS ranks (per-rank state stays bounded)."""
+        if rank is None or rank in self.scan.ranks_seen:
+            return rank
+        if len(self.scan.ranks_seen) < MAX_RANKS:
+            self.scan.ranks_seen.add(rank)
+            return rank
+        self.scan.ranks_untracked += 1
+        return None
+
     def _add(self, event: Event) -> None:
         key = (event.kind, event.entry_id, event.rank)
-        if len(self.scan.events) < MAX_EVENTS or key not in self._kept:
-            self._kept.add(key)
-            self.scan.events.append(event)
+        kept = self._kept.get(key, 0)
+        if (kept < MAX_PER_KEY and len(self.scan.events) < MAX_EVENTS) or not kept:
+            self._kept[key] = kept + 1
+            # Redacted before it is cut, and only for the events kept: a hit on every line of a
+            # huge log costs no redaction past the first few thousand.
+            if event.text != self._redacted[0]:  # the events of one line share its text
+                self._redacted = (event.text, redact_text(event.text)[:MAX_TEXT])
+            self.scan.events.append(replace(event, text=self._redacted[1]))
         else:
             self.scan.dropped += 1
 
