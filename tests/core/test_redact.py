@@ -144,3 +144,24 @@ def test_evidence_is_redacted_before_it_is_cut() -> None:
     output = "x" * (MAX_EVIDENCE_CHARS - 10) + " " + secret
     shown = evidence("cmd", output).output
     assert "hf_" not in shown and "QQQQQQQQ" not in shown
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_json_stays_json_and_leaks_nothing(depth: int) -> None:
+    """Every command's --json goes through redact_text as text: a document (and a document held in a
+    string of it, a level or two deeper) must still parse, without a secret and with every look-alike."""
+    payload = {
+        "shapes": [{"text": s.text, "around": f"x {s.text} y"} for s in SHAPES],
+        "looks": list(LOOKALIKES),
+    }
+    document = json.dumps(payload, indent=2)
+    for _ in range(depth - 1):
+        document = json.dumps({"nested": document})
+    out = redact_text(document)
+    for _ in range(depth):
+        data = json.loads(out)
+        out = data["nested"] if "nested" in data else json.dumps(data)
+    for shape in SHAPES:
+        for secret in shape.secrets:
+            assert secret not in out
+    assert json.loads(out)["looks"] == list(LOOKALIKES)

@@ -59,10 +59,12 @@ def run_triage(
     env: dict[str, str] | None = None,
     timeout: float = 60,
     prefix: list[str] | None = None,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`python -m triage ARGS` as a user runs it (optionally behind `ip netns exec NS`)."""
     return subprocess.run(
         [*(prefix or []), sys.executable, "-m", "triage", *args],
+        input=stdin,
         capture_output=True,
         text=True,
         env=env if env is not None else triage_env(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -32,7 +33,7 @@ symptoms:
 signatures:
   - pattern: '<script>'
     note: "note {PAYLOAD}"
-    examples: ['<script>alert(1)</script>']
+    examples: ["<script>"]
 root_cause: |
   Root cause {PAYLOAD} and <iframe src="https://example.com"></iframe>
 
@@ -85,7 +86,6 @@ def test_html_pages_carry_no_markup_from_the_knowledge(hostile_site: Path) -> No
     assert "<code>&lt;script&gt;kept as code&lt;/script&gt;</code>" in d23
 
 
-@pytest.mark.slow  # drives a real browser
 def test_browser_shows_the_markup_as_text_and_runs_none(
     hostile_site: Path, open_tab: Callable[..., Tab]
 ) -> None:
@@ -112,9 +112,83 @@ def test_markdown_export_escapes_markup_for_mkdocs(hostile_kb: Path, tmp_path: P
     build(load_kb(hostile_kb, use_compiled=False), out, "markdown")
     source = (out / "D23.md").read_text(encoding="utf-8")
     assert "<script>window" not in source.replace("`<script>kept as code</script>`", "")
+    mkdocs_build(project, "--strict")
+    html = (project / "site" / "kb" / "D23" / "index.html").read_text(encoding="utf-8")
+    assert "<script>window" not in html and "<img" not in html and "<iframe" not in html
+    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in html
+
+
+# The payloads of issue 14 (and their cousins) in the Markdown fields, for the Markdown export:
+# MkDocs (Python-Markdown) passes raw HTML through and makes any link live, so `safe_markdown`
+# must take them out; each sets window.__pwned to its number if it ever runs.
+MARKDOWN_PAYLOADS = (
+    "<script>window.__pwned = 1</script>",
+    '<img src=x onerror="window.__pwned = 2">',
+    '\\`<img src=x onerror="window.__pwned = 3">\\`',
+    '\\\\<img src=x onerror="window.__pwned = 4">',
+    '\\<img src=x onerror="window.__pwned = 5">',
+    "[click 6](javascript:window.__pwned=6)",
+    "[click 7](JaVaScRiPt:window.__pwned=7)",
+    "[click 8]( java&#115;cript:window.__pwned=8)",
+    "![image 9](javascript:window.__pwned=9)",
+    "[click 10][evil]",
+    "<javascript:window.__pwned=11>",
+    '<svg onload="window.__pwned = 12"></svg>',
+    '<details open ontoggle="window.__pwned = 13">x</details>',
+    "[click 14](data:text/html;base64,PHNjcmlwdD53aW5kb3cuX19wd25lZD0xNDwvc2NyaXB0Pg==)",
+    '<iframe srcdoc="<script>parent.__pwned = 15</script>"></iframe>',
+    '<a href="javascript:window.__pwned=16">click 16</a>',
+    "[click 17](vbscript:window.__pwned=17)",
+)
+MARKDOWN_ENTRY = HOSTILE_ENTRY.replace(
+    f"Root cause {PAYLOAD}",
+    "Root cause "
+    + " and ".join(MARKDOWN_PAYLOADS[:9])
+    + "\n\n  [evil]: javascript:window.__pwned=10\n\n  More",
+).replace(
+    "Inline `<script>kept as code</script>`",
+    "Inline `<script>kept as code</script>` " + " ".join(MARKDOWN_PAYLOADS[9:]),
+)
+
+
+@pytest.mark.slow  # a full mkdocs build and a browser
+def test_markdown_export_in_mkdocs_runs_none_of_the_payloads(
+    hostile_kb: Path, tmp_path: Path, open_tab: Callable[..., Tab]
+) -> None:
+    root = Path(shutil.copytree(hostile_kb, tmp_path / "kb"))
+    (root / "entries" / "D23-hostile.yaml").write_text(MARKDOWN_ENTRY, encoding="utf-8")
+    project = tmp_path / "project"
+    build(load_kb(root, use_compiled=False), project / "docs" / "kb", "markdown")
+    mkdocs_build(project)
+    pages = sorted((project / "site" / "kb").rglob("index.html"))
+    assert any("D23" in str(p) for p in pages)
+    tab = open_tab()
+    for page in pages:
+        tab.goto(page)
+        assert tab.page.evaluate("window.__pwned") is None, page
+        hrefs = tab.page.eval_on_selector_all("a[href], img[src], iframe", "els => els.map(e => e.outerHTML)")
+        for element in hrefs:
+            lowered = element.lower().replace("&#115;", "s")
+            assert "javascript:" not in lowered.split(">")[0] and "vbscript:" not in lowered.split(">")[0], (
+                element
+            )
+            assert "data:text" not in lowered.split(">")[0] and "<iframe" not in lowered, element
+        # every link is to a page, an anchor or the web: nothing a click could run
+        for href in tab.page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))"):
+            scheme = href.split(":", 1)[0].lower() if ":" in href.split("/", 1)[0] else ""
+            assert scheme in ("", "http", "https", "mailto"), href
+    tab.goto(next(p for p in pages if "D23" in str(p)))
+    shown = tab.page.locator("[role=main]").inner_text()
+    assert "window.__pwned = 1" in shown and "click 6" in shown  # shown as text, not dropped
+    # (MkDocs' own theme fails to fetch its CDN script offline; that is not ours to judge)
+    assert not [p for p in tab.problems if "dialog" in p or "pwned" in p], tab.problems
+
+
+def mkdocs_build(project: Path, *options: str) -> None:
+    """`mkdocs build` of the export under `project/docs`, with the default theme."""
     (project / "mkdocs.yml").write_text("site_name: hostile\n", encoding="utf-8")
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q"],
+        [sys.executable, "-m", "mkdocs", "build", "-q", *options],
         cwd=project,
         capture_output=True,
         text=True,
@@ -122,6 +196,3 @@ def test_markdown_export_escapes_markup_for_mkdocs(hostile_kb: Path, tmp_path: P
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    html = (project / "site" / "kb" / "D23" / "index.html").read_text(encoding="utf-8")
-    assert "<script>window" not in html and "<img" not in html and "<iframe" not in html
-    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in html

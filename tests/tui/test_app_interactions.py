@@ -401,3 +401,53 @@ async def test_clicking_a_breadcrumb_goes_back_to_that_question(kb: KnowledgeBas
         assert app.session.answers == {"what_do_you_see": "4"}
         node = app.session.position.node
         assert node is not None and node.id == "hang_end"
+
+
+def test_export_never_follows_a_planted_link_nor_reuses_a_name(tmp_path: Path) -> None:
+    from triage.tui.result_screen import write_new
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n", encoding="utf-8")
+    name = "triage-report-D4-20260101-120000.md"
+    (tmp_path / name).symlink_to(victim)  # planted where the next report will be written
+    (tmp_path / name.replace(".md", "-2.md")).symlink_to(tmp_path / "nowhere.md")  # a dangling one too
+    first = write_new(tmp_path, name, "report one\n")
+    second = write_new(tmp_path, name, "report two\n")
+    assert victim.read_text(encoding="utf-8") == "precious\n"
+    assert not (tmp_path / "nowhere.md").exists()
+    assert first.name == name.replace(".md", "-3.md") and not first.is_symlink()
+    assert second.name == name.replace(".md", "-4.md")
+    assert (
+        first.read_text(encoding="utf-8") == "report one\n"
+        and second.read_text(encoding="utf-8") == "report two\n"
+    )
+
+
+async def test_export_redacts_the_whole_secrets_corpus(kb: KnowledgeBase, tmp_path: Path) -> None:
+    """Every shape of tests/secrets_corpus.py in a probe's summary, facts and evidence, and the
+    user's own words: none in the exported report, every look-alike kept."""
+    from tests.secrets_corpus import LOOKALIKES, SHAPES
+
+    corpus = "\n".join(shape.text for shape in SHAPES)
+    looks = "\n".join(LOOKALIKES)
+    net = result(
+        "net",
+        "fail",
+        {"net.master_port_free": False, "net.master_port_holder": " ".join(s.text for s in SHAPES[:10])},
+        f"port 29500 is held by {SHAPES[30].text}",
+        [("ss -ltnp", f"{looks}\n{corpus}"), (f"cmdline {SHAPES[31].text}", corpus)],
+    )
+    app = make_app(kb, ScriptedRunner({"net": net}), report_dir=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("1", "1")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, ResultScreen)
+        await pilot.press("e")
+        await settle(pilot)
+        assert screen.report_path is not None
+        text = screen.report_path.read_text(encoding="utf-8")
+    leaked = [secret for shape in SHAPES for secret in shape.secrets if secret in text]
+    assert not leaked
+    assert all(look in text for look in LOOKALIKES if "`" not in look)

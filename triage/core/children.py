@@ -130,10 +130,13 @@ def popen(
     return proc
 
 
-def reap(proc: subprocess.Popen[Any]) -> int:
-    """End `proc`'s session, wait for it, stop tracking it; returns its exit status.
-
-    The session is killed even when the child has exited: anything it started is in it."""
+def reap(proc: subprocess.Popen[Any], grace_s: float = 0.0) -> int:
+    """Give `proc` up to `grace_s` to exit, end its session, wait for it, stop tracking it;
+    returns its exit status. The session is killed even when the child has exited: anything it
+    started is in it."""
+    if grace_s > 0:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace_s)
     kill_session(proc.pid)
     code = proc.wait()
     _REGISTRY.remove(proc.pid)

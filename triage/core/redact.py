@@ -73,16 +73,19 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 # -- 1. private keys ------------------------------------------------------------------------
+# Redaction also runs over JSON documents (the commands' --json output), so no match may end inside
+# an escape (`\"`, `\\`) or run past a string's closing quote: the JSON stays valid.
+_CHAR = r"(?:[^\s\"'\\]|\\(?![\"\\nrt]))"  # a value character: no quote, no escape of one, no \n
+_IN_STRING = r"(?:[^\"\\]|\\+(?![\"\\]))"  # any character up to a quote, real or escaped
 _KEY_BLOCK = _lazy(
     r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-    r"(?:.{0,20000}?-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|.{0,20000})",
-    re.DOTALL,
+    rf"(?:{_IN_STRING}{{0,20000}}?-----END[A-Z0-9 ]{{0,40}}PRIVATE KEY(?: BLOCK)?-----|{_IN_STRING}{{0,20000}})",
 )
 
 # -- 2. headers -----------------------------------------------------------------------------
 _HEADER = _lazy(
     r"(?P<head>\b(?:Proxy-)?Authorization\s*:\s*(?:(?:Bearer|Basic|Token|Digest|Bot|AWS4-HMAC-SHA256)\s+)?"
-    r"|\b(?:Set-)?Cookie\s*:\s*|\bX-(?:Api|Auth)-(?:Key|Token)\s*:\s*)(?P<value>[^\r\n\"']{1,4000})",
+    r"|\b(?:Set-)?Cookie\s*:\s*|\bX-(?:Api|Auth)-(?:Key|Token)\s*:\s*)(?P<value>(?:[^\r\n\"'\\]|\\(?![\"\\])){1,4000})",
     re.IGNORECASE,
 )
 _BEARER = _lazy(r"(?P<head>\b(?:Bearer|Basic)\s+)(?P<value>[A-Za-z0-9._~+/=\-]{8,})")
@@ -90,10 +93,12 @@ _BEARER = _lazy(r"(?P<head>\b(?:Bearer|Basic)\s+)(?P<value>[A-Za-z0-9._~+/=\-]{8
 # -- 3. URLs --------------------------------------------------------------------------------
 _URL_PASSWORD = _lazy(
     r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/@]{0,256}:)(?!\d{1,5}(?:/|$))"
-    r"(?P<pw>[^\s]{1,512}?)(?P<at>@)(?=[A-Za-z0-9\-.\[\]]{1,256}(?::\d{1,5})?(?:[/?#\s\"'<>),]|$))"
+    rf"(?P<pw>{_CHAR}{{1,512}}?)(?P<at>@)(?=[A-Za-z0-9\-.\[\]]{{1,256}}(?::\d{{1,5}})?(?:[/?#\s\"'<>),]|$))"
 )
 _URL_KEY = _lazy(r"(?P<head>://)(?P<key>[A-Za-z0-9_\-]{20,128})(?P<at>@)")  # a DSN's key, no password
-_QUERY = _lazy(r"(?P<lead>[?&;])(?P<name>[A-Za-z][A-Za-z0-9_.\-]{0,64})=(?P<value>[^&#\s\"'<>]{1,4096})")
+_QUERY = _lazy(
+    rf"(?P<lead>[?&;])(?P<name>[A-Za-z][A-Za-z0-9_.\-]{{0,64}})=(?P<value>(?:(?![&#<>]){_CHAR}){{1,4096}})"
+)
 _QUERY_SECRETS = frozenset({"sig", "signature", "code", "client_secret", "x-amz-signature"})
 
 # -- 4. token formats -----------------------------------------------------------------------
@@ -167,22 +172,26 @@ _AWS_SECRET = _lazy(
 )
 
 # -- 5. command lines -------------------------------------------------------------------------
-_QUOTED = r"\"(?:[^\"\\\n]|\\.){0,4096}\"|'[^'\n]{0,4096}'"
+# A quoted value: "...", '...', or quoted with escaped quotes inside a JSON string (\"...\",
+# \\\"...\\\" a level deeper): hidden up to its closing quote, spaces and all.
+_QUOTED = (
+    r"\"(?:[^\"\\\n]|\\.){0,4096}\"|'[^'\n]{0,4096}'|(?P<esc>\\+)\"(?:(?!(?P=esc)\").){0,4096}(?P=esc)\""
+)
 _FLAG = _lazy(
     r"(?P<flag>(?<![\w\-])--?[A-Za-z][A-Za-z0-9_\-.]{0,64})(?P<sep>[ \t]+|=)"
-    rf"(?P<value>{_QUOTED}|(?!-)[^\s\"']{{1,4096}})"
+    rf"(?P<value>{_QUOTED}|(?!-){_CHAR}{{1,4096}})"
 )
-_USER_PASSWORD = _lazy(r"(?P<head>(?<![\w\-])(?:-u|--user)\s+[^\s:]{1,256}:)(?P<pw>[^\s]{1,1024})")
+_USER_PASSWORD = _lazy(rf"(?P<head>(?<![\w\-])(?:-u|--user)\s+[^\s:]{{1,256}}:)(?P<pw>{_CHAR}{{1,1024}})")
 _MYSQL_PASSWORD = _lazy(
-    r"(?P<head>\b(?:mysql\w{0,10}|mariadb\w{0,10})\b[^\n]{0,1024}?(?<![\w\-])-p)(?P<pw>[^\s\-][^\s]{0,1024})"
+    rf"(?P<head>\b(?:mysql\w{{0,10}}|mariadb\w{{0,10}})\b[^\n]{{0,1024}}?(?<![\w\-])-p)(?P<pw>(?!-){_CHAR}{{1,1024}})"
 )
 _LOGIN_KEY = _lazy(r"(?P<head>\bwandb\s+login\s+(?:--?[\w\-]+\s+){0,4})(?P<key>[0-9a-f]{40}\b)")
 
 # -- 6. assignments -------------------------------------------------------------------------
 _ASSIGNMENT = _lazy(
     r"(?P<name>(?<![A-Za-z0-9_.\-])[A-Za-z_][A-Za-z0-9_.\-]{0,128})"
-    r"(?P<sep>[\"']?[ \t]{0,16}(?:=|:(?!//))[ \t]{0,16})"
-    rf"(?P<value>{_QUOTED}|[^\s\"',;}}&`]{{1,4096}})"
+    r"(?P<sep>(?:\\*[\"'])?[ \t]{0,16}(?:=|:(?!//))[ \t]{0,16})"
+    rf"(?P<value>{_QUOTED}|(?:(?![,;}}&`]){_CHAR}){{1,4096}})"
 )
 # Values that stand for a secret without being one: `$HF_TOKEN`, `<your key>`, `KEY=value`.
 _PLACEHOLDER = _lazy(
@@ -212,19 +221,27 @@ def _query(match: re.Match[str]) -> str:
 
 
 def _quoted_redacted(value: str) -> str:
+    escape = value[: len(value) - len(value.lstrip("\\"))]
+    if (
+        escape
+        and value.startswith(escape + '"')
+        and value.endswith(escape + '"')
+        and len(value) > 2 * len(escape) + 1
+    ):
+        return f'{escape}"{REDACTED}{escape}"'
     if len(value) >= 2 and value[0] in "\"'" and value[-1] == value[0]:
         return f"{value[0]}{REDACTED}{value[0]}"
     return REDACTED
 
 
-def _flag(match: re.Match[str]) -> str:
+def _flag(match: re.Match[str]) -> str | None:
     value = match["value"]
     if not is_secret_name(match["flag"].lstrip("-")) or REDACTED in value or _PLACEHOLDER().match(value):
-        return match[0]
+        return None
     return f"{match['flag']}{match['sep']}{_quoted_redacted(value)}"
 
 
-def _assignment(match: re.Match[str]) -> str:
+def _assignment(match: re.Match[str]) -> str | None:
     value = match["value"]
     if (
         not is_secret_name(match["name"])
@@ -232,15 +249,40 @@ def _assignment(match: re.Match[str]) -> str:
         or _PLACEHOLDER().match(value)
         or not value.strip("\"'")
     ):
-        return match[0]
+        return None
     return f"{match['name']}{match['sep']}{_quoted_redacted(value)}"
+
+
+class _Inside:
+    """A replacement for name-value patterns: when the name is not a secret's it returns None, and
+    the value is searched again, since it can hold a secret of its own (`"text": "HF_TOKEN=..."`,
+    `--note "password=..."`): name=value runs overlap."""
+
+    def __init__(self, decide: Callable[[re.Match[str]], str | None]) -> None:
+        self.decide = decide
+
+    def sub(self, regex: re.Pattern[str], text: str) -> str:
+        out: list[str] = []
+        pos = 0
+        while (match := regex.search(text, pos)) is not None:
+            replaced = self.decide(match)
+            if replaced is None:
+                resume = max(match.start("value"), match.start() + 1)
+                out.append(text[pos:resume])
+                pos = resume
+                continue
+            out.append(text[pos : match.start()])
+            out.append(replaced)
+            pos = match.end()
+        out.append(text[pos:])
+        return "".join(out)
 
 
 # (pattern, replacement, needles): a pass runs only when the lower-cased text holds one of its
 # needles, and each pattern is compiled on first use, so that a command whose output holds no
 # secret-like text (most `triage ask` answers) pays for a few substring tests, not for compiling
 # every pattern.
-_Replacement = str | Callable[[re.Match[str]], str]
+_Replacement = str | Callable[[re.Match[str]], str] | _Inside
 _PASSES: tuple[tuple[Callable[[], re.Pattern[str]], _Replacement, tuple[str, ...]], ...] = (
     (_KEY_BLOCK, REDACTED, ("private key",)),
     (_HEADER, _keep_head, ("authorization", "cookie", "x-api-", "x-auth-")),
@@ -253,8 +295,8 @@ _PASSES: tuple[tuple[Callable[[], re.Pattern[str]], _Replacement, tuple[str, ...
     (_USER_PASSWORD, _keep_head, ("-u", "--user")),
     (_MYSQL_PASSWORD, _keep_head, ("mysql", "mariadb")),
     (_LOGIN_KEY, _keep_head, ("wandb",)),
-    (_FLAG, _flag, ("-",)),
-    (_ASSIGNMENT, _assignment, ("=", ":")),
+    (_FLAG, _Inside(_flag), ("-",)),
+    (_ASSIGNMENT, _Inside(_assignment), ("=", ":")),
 )
 _MAYBE = _lazy(r"[=:@]|PRIVATE KEY|[A-Za-z0-9/+]{16}|-[A-Za-z]", re.IGNORECASE)
 
@@ -266,7 +308,10 @@ def redact_text(text: str) -> str:
     lowered = text.lower()
     for pattern, replacement, needles in _PASSES:
         if any(needle in lowered for needle in needles):
-            text = pattern().sub(replacement, text)
+            if isinstance(replacement, _Inside):
+                text = replacement.sub(pattern(), text)
+            else:
+                text = pattern().sub(replacement, text)
     return text
 
 

@@ -48,6 +48,12 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
     result.duplicates = []
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:  # `[a, b]: value` or `{a: b}: value`: no knowledge file has such keys
+            raise yaml.constructor.ConstructorError(
+                None, None, "a key must be a plain value, not a list or a mapping", key_node.start_mark
+            ) from None
         if key in result:
             result.duplicates.append((key, key_node.start_mark.line + 1))
         result[key] = loader.construct_object(value_node, deep=True)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from triage.core.graph import breadth_first, exits, incoming
 from triage.core.model import Entry, KnowledgeBase, Node, ProbeNode, QuestionNode
 from triage.render.parts import entry_parts
+from triage.render.safe_markdown import code_spans, safe_markdown
 from triage.render.verify import VERIFY_BADGE, verify_headline
 
 OUT_OF_SCOPE_LABEL = "not covered by triage"
@@ -101,82 +102,6 @@ def md_code(text: str) -> str:
     return f"{fence}{pad}{value}{pad}{fence}"
 
 
-_FENCE = re.compile(r"^ {0,3}(?:[-*+]\s+|\d+[.)]\s+)*\s*(`{3,}|~{3,})(.*)$")
-_AUTOLINK = re.compile(r"<(?:[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*|[\w.+-]+@[\w-]+(?:\.[\w-]+)+)>")
-_TAG_START = re.compile(r"(?<!\\)<(?=[A-Za-z/!?])")  # what could open a tag, unless escaped
-
-
-def safe_markdown(text: str) -> str:
-    """Markdown with every `<` that could start raw HTML, outside code, written as `&lt;`."""
-    out: list[str] = []
-    fence = ""
-    for line in text.splitlines(keepends=True):
-        match = _FENCE.match(line.rstrip("\n"))
-        if fence:
-            if _closes(match, fence):
-                fence = ""
-            out.append(line)
-            continue
-        if match and not (match.group(1)[0] == "`" and "`" in match.group(2)):
-            fence = match.group(1)
-            out.append(line)
-            continue
-        out.append(_escape_inline(line))
-    return "".join(out)
-
-
-def _closes(match: re.Match[str] | None, fence: str) -> bool:
-    """A closing fence: the same character, at least as long, and no info string."""
-    if match is None:
-        return False
-    run = match.group(1)
-    return run[0] == fence[0] and len(run) >= len(fence) and not match.group(2).strip()
-
-
-def _escape_inline(line: str) -> str:
-    """Escape tag-like `<` outside code spans and autolinks in one line."""
-    parts: list[str] = []
-    pos = 0
-    for start, end in _code_spans(line):
-        parts.append(_escape_text(line[pos:start]))
-        parts.append(line[start:end])
-        pos = end
-    parts.append(_escape_text(line[pos:]))
-    return "".join(parts)
-
-
-_BACKTICKS = re.compile(r"(?<!`)(`+)(?!`)")
-
-
-def _code_spans(line: str) -> Iterator[tuple[int, int]]:
-    pos = 0
-    while True:
-        opening = _BACKTICKS.search(line, pos)
-        if opening is None:
-            return
-        run = opening.group(1)
-        closing = re.compile(rf"(?<!`){run}(?!`)").search(line, opening.end())
-        if closing is None:
-            return
-        yield opening.start(), closing.end()
-        pos = closing.end()
-
-
-def _escape_text(text: str) -> str:
-    parts: list[str] = []
-    pos = 0
-    for link in _AUTOLINK.finditer(text):
-        parts.append(_escape_tags(text[pos : link.start()]))
-        parts.append(link.group(0))
-        pos = link.end()
-    parts.append(_escape_tags(text[pos:]))
-    return "".join(parts)
-
-
-def _escape_tags(text: str) -> str:
-    return _TAG_START.sub("&lt;", text)
-
-
 def md_inline(text: str) -> str:
     """A one-line Markdown field (title, summary, prompt) made safe and kept on one line."""
     return safe_markdown(" ".join(text.split()))
@@ -194,7 +119,7 @@ def link_text(text: str) -> str:
     value = md_inline(text)
     parts: list[str] = []
     pos = 0
-    for start, end in [*_code_spans(value), (len(value), len(value))]:
+    for start, end in [*code_spans(value), (len(value), len(value))]:
         parts.append(value[pos:start].replace("[", "\\[").replace("]", "\\]"))
         parts.append(value[start:end])
         pos = end

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from triage.core.lint.model import Rule
 from triage.core.model import KnowledgeBase
-from triage.render.document import NO_LINKS, Links, entry_heading, md_link, safe_markdown
+from triage.render.document import NO_LINKS, Links, entry_heading, md_link
+from triage.render.safe_markdown import safe_markdown
 from triage.render.terminal import Style, render_blocks
 
 RULES_PAGE = "lint"

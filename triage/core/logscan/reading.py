@@ -360,7 +360,7 @@ def _collect(
         proc.stdout.close()
         message = proc.stderr.read().decode("utf-8", "replace").strip()
         proc.stderr.close()
-        code = children.reap(proc)
+        code = children.reap(proc, grace_s=5.0 if finished and not failure else 0.0)
     if failure:
         raise failure[0]
     if code not in (0, 1):
