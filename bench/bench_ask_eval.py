@@ -7,7 +7,9 @@ Dev set: an item counts for top-1 when the first-ranked id is in `expect` and as
 out-of-scope leaf. Top-3 counts an expected id among the first three.
 --loo adds leave-one-symptom-out: each symptom phrasing is removed from its entry, the index is
 rebuilt, and the phrasing is asked; this measures generalisation to phrasings the knowledge has
-never seen, which the held-out set rewards and the dev set alone cannot show.
+never seen, which the held-out set rewards and the dev set alone cannot show. It rebuilds the
+index once per phrasing (about a second each): expect tens of minutes. bench/bench_eval.py is the
+main measure now (the real-report corpus, train and test apart).
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from triage.core import matcher  # noqa: E402
 from triage.core.model import KnowledgeBase  # noqa: E402
 from triage.kb.loader import load_kb  # noqa: E402
 
-DEFAULT_QUERIES = REPO.parent / "shared" / "eval" / "dev_queries.yaml"
+sys.path.insert(0, str(REPO / "bench"))
+from corpus import dev_dir  # noqa: E402  (../shared/eval beside a checkout or a worktree)
+
+DEFAULT_QUERIES = (dev_dir() or REPO.parent / "shared" / "eval") / "dev_queries.yaml"
 
 
 def judge(kb: KnowledgeBase, text: str, expect: list[str]) -> tuple[bool, bool, matcher.Match]:
