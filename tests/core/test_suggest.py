@@ -48,3 +48,11 @@ def test_mid_walk_words_about_another_problem_name_suspects(fixture_kb: Knowledg
 def test_blank_text_suggests_nothing(fixture_kb: KnowledgeBase) -> None:
     found = suggest(fixture_kb, None, "   ", at_start=True)
     assert found.items == () and found.first is None
+
+
+def test_close_entries_come_with_the_question_that_separates_them(kb: KnowledgeBase) -> None:
+    found = suggest(kb, question(kb, "what_do_you_see"), "ddp got stuck", at_start=True)
+    assert found.question is not None
+    node = kb.graph.nodes[found.question.node]
+    assert isinstance(node, QuestionNode) and found.question.prompt == node.prompt
+    assert [entry for _, entry in found.question.options] == [e.entry_id for e in found.entries[:2]]

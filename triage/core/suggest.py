@@ -10,9 +10,12 @@ problem name the entries triage now suspects.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from triage.core.model import KnowledgeBase, QuestionNode
+
+if TYPE_CHECKING:
+    from triage.core.separate import Question
 
 # rank_options scores below this are not offered as an answer: the words probably mean something else.
 OPTION_MIN = 0.6
@@ -39,6 +42,9 @@ class Suggestions:
     items: tuple[Suggestion, ...]
     verdict: str  # the matcher's verdict on the entries: match, no_match or out_of_scope
     different_symptom: bool  # mid-walk, the words fit no option but do describe an entry
+    # The graph's question that tells the two best entries apart when they are close (for the app
+    # to ask); None when one entry is clearly ahead.
+    question: Question | None = None
 
     @property
     def entries(self) -> tuple[Suggestion, ...]:
@@ -71,7 +77,12 @@ def suggest(kb: KnowledgeBase, node: QuestionNode | None, text: str, *, at_start
     strong = match.verdict in ("match", "out_of_scope") and bool(entries)
     # At the start the box is a search box: a strong entry match comes first, so Enter opens it.
     items = [*entries, *options] if (at_start and strong) or not options else [*options, *entries]
-    return Suggestions(tuple(items), match.verdict, different_symptom=strong and not options and not at_start)
+    return Suggestions(
+        tuple(items),
+        match.verdict,
+        different_symptom=strong and not options and not at_start,
+        question=match.question,
+    )
 
 
 @dataclass(frozen=True)
