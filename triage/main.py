@@ -15,7 +15,7 @@ import importlib
 import os
 import sys
 from types import ModuleType
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from triage import __version__
 from triage.core.errors import UserError, shown
@@ -94,9 +94,17 @@ class _RawEpilogFormatter(_Formatter):
         return super()._fill_text(text, width, indent)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad command line as one line (exit 2) like every other bad input, rather
+    than the usage block and the error on separate lines."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{message} (`{self.prog} --help` lists the options)")
+
+
 def build_parser(modules: dict[str, ModuleType]) -> argparse.ArgumentParser:
     """The `triage` parser with a subcommand per command module."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="triage",
         formatter_class=_RawEpilogFormatter,
         description=(
