@@ -46,9 +46,10 @@ system-deps:
 test: system-deps lint kb
 	$(PY) -m pytest -q
 
-# The quick tier while developing: no torch processes, no browser, no Textual app (marker `slow`).
+# The quick tier while developing: no torch processes, no browser, no Textual app (marker `slow`),
+# spread over the machine's cores.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n auto
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done

@@ -14,13 +14,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from probes import launchers
 from probes.subproc import evidence
+from triage.core import launchers
 from triage.core.facts import Evidence, ProbeOptions, ProbeResult, Status
 from triage.core.redact import redact_env
 
 NAME = "env"
-KEY_FACTS = ("env.launcher", "env.rank_contract", "env.world_size", "env.cuda_visible_devices")
+KEY_FACTS = (
+    "env.launcher",
+    "env.rank_contract",
+    "env.world_size",
+    "env.cuda_visible_devices",
+    "env.container",
+    "env.shm_mb",
+)
 
 CONTRACT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 RANK_VARIABLES = (

@@ -41,7 +41,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _under_launcher() -> bool:
-    from probes.launchers import under_launcher
+    from triage.core.launchers import under_launcher
 
     return under_launcher(os.environ)
 

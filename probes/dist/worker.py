@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from probes import launchers
+from triage.core import launchers
 from probes.dist.protocol import (
     FAULT_ENV,
     FAULT_EXIT_CODE,
@@ -33,7 +33,7 @@ from probes.dist.protocol import (
     report_key,
     state_key,
 )
-from probes.launchers import first_int
+from triage.core.launchers import first_int
 from triage.core import children
 from triage.core.exitcodes import Exit
 from triage.core.redact import is_secret_name, redact_text

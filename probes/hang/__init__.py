@@ -39,7 +39,8 @@ def _identity(proc: Proc, host: str) -> RankSample:
     )
 
 
-def _read_rank(proc: Proc, host: str, timeout_s: float, deadline: float, sources: Sources) -> RankSample:
+def read_rank(proc: Proc, host: str, timeout_s: float, deadline: float, sources: Sources) -> RankSample:
+    """One rank's sample: its stack read twice (or why not), by `deadline` (time.monotonic)."""
     identity = _identity(proc, host)
     left = deadline - time.monotonic()
     if left <= 0:
@@ -98,5 +99,5 @@ def collect(
     deadline = time.monotonic() + 2 * timeout_s
     workers = min(len(ranks), 16, max(4, 2 * (os.cpu_count() or 1)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        samples = list(pool.map(lambda p: _read_rank(p, host, timeout_s, deadline, sources), ranks))
+        samples = list(pool.map(lambda p: read_rank(p, host, timeout_s, deadline, sources), ranks))
     return samples, notes, ranks

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from probes import launchers
+from triage.core import launchers
 
 # triage's own processes that carry RANK: itself under a test, and the dist probe's mini-test ranks.
 OWN_PROCESS_VARS = ("TRIAGE_HANG_SELF", "TRIAGE_DIST_CHILD")

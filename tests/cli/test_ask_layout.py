@@ -10,6 +10,7 @@ from tests.conftest import CliResult
 from triage.core.model import KnowledgeBase
 from triage.render.answer import SCREEN_ROWS, answer_lines
 from triage.render.terminal import Style
+from triage.render.verify import verify_headline
 
 Run = Callable[..., CliResult]
 PLAIN = Style(color=False, width=100)
@@ -22,7 +23,7 @@ def test_every_entry_answers_within_a_screen_with_the_banner_before_the_fix(kb: 
         lines = answer_lines(kb, entry, 0.9, "match", others, PLAIN)
         assert len(lines) <= SCREEN_ROWS, (entry.id, len(lines))
         assert lines[0].startswith(("Best match (0.90): ", "Out of scope (0.90): ")) and entry.id in lines[0]
-        banner = "NEEDS EXPERIMENT VERIFICATION" if entry.verify.needed else "No experiment re-verification"
+        banner = verify_headline(entry)[:40]  # the one wording (triage/render/verify.py)
         assert banner in lines[1] or banner in lines[2], entry.id  # right under the verdict (1-2 lines)
         assert "Fix" in lines, entry.id
         fix_at = lines.index("Fix")
@@ -37,9 +38,9 @@ def test_full_has_the_cause_the_whole_fix_and_related(kb: KnowledgeBase) -> None
     entry = kb.entries["D9"]
     lines = answer_lines(kb, entry, 0.9, "match", [], PLAIN, full=True)
     text = "\n".join(lines)
-    assert "Why it happens" in text and "Related" in text
+    assert "Root cause" in text and "Related" in text
     assert "Join" in text  # the last step of D9's fix
-    assert text.index("NEEDS EXPERIMENT VERIFICATION") < text.index("Fix") < text.index("Why it happens")
+    assert text.index(verify_headline(entry)[:40]) < text.index("Fix") < text.index("Root cause")
 
 
 class Question:
@@ -70,4 +71,4 @@ def test_ask_default_fits_a_screen_and_brief_keeps_the_verify_marker(run_cli: Ru
     d9 = next(line for line in brief.splitlines() if line.strip().startswith("D9 "))
     assert "[verify]" in d9
     full = run_cli("ask", "--full", "hangs at end of epoch").stdout.decode()
-    assert "Why it happens" in full and len(full.splitlines()) > SCREEN_ROWS
+    assert "Root cause" in full and len(full.splitlines()) > SCREEN_ROWS

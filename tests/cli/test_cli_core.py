@@ -21,12 +21,12 @@ def one_error_line(result: CliResult) -> str:
 
 
 def test_ask_prints_best_entry_fix_and_verification(run_cli: Run) -> None:
-    result = run_cli("--kb", str(MINIMAL_KB), "ask", "my job is stuck at the last batch")
+    result = run_cli("--kb", str(MINIMAL_KB), "ask", "training freezes on the last batch of the epoch")
     out = result.stdout.decode()
     assert result.returncode == 0
     lines = out.split("\n")
     assert lines[0].startswith("Best match (") and ": D2 " in lines[0]
-    assert "NEEDS EXPERIMENT VERIFICATION" in lines[1]
+    assert "RE-CHECK YOUR EXPERIMENT" in lines[1]
     assert "Fix" in out and "DistributedSampler" in out
     assert "RE-CHECK YOUR EXPERIMENT" in out
     assert "Also possible" in out and "D1" in out

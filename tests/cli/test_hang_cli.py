@@ -109,8 +109,10 @@ def test_folders_and_addresses_given_that_cannot_be_read_are_refused(tmp_path: P
 
 
 def test_flight_recorder_dumps_alone_name_the_entry(tmp_path: Path) -> None:
-    # The real dumps of the D21 reproduction, their frames pointed at this checkout's script.
+    # The real dumps of the D21 reproduction, their frames pointed at the script as it was then.
     from probes.hang.flight_recorder import load_dump
+
+    script = FIXTURES / "fr_d21" / "hang_rank0_barrier.py"
 
     for rank in (0, 1):
         dump = load_dump(FIXTURES / "fr_d21" / f"rank_{rank}")
@@ -118,12 +120,12 @@ def test_flight_recorder_dumps_alone_name_the_entry(tmp_path: Path) -> None:
         for entry in dump["entries"]:
             for frame in entry.get("frames", []):
                 if frame["filename"].endswith("hang_rank0_barrier.py"):
-                    frame["filename"] = str(REPO / "triage" / "repro" / "scripts" / "hang_rank0_barrier.py")
+                    frame["filename"] = str(script)
         (tmp_path / f"rank_{rank}").write_text(json.dumps(dump))
     done = _triage("--json", "--pid", NOWHERE, "--fr-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
-    assert data["diagnoses"][0]["id"] == "D21" and data["suspect_ranks"] == [0]
+    assert data["diagnoses"][0]["id"] == "D21" and data["suspect_ranks"] == [0], done.stdout
     zero = data["ranks"][0]
     assert (zero["rank"], zero["collective"], zero["user_frame"]["line"]) == (0, "barrier", 24)
     assert any("using what the job recorded" in n for n in data["notes"])

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.hang import _read_rank
+from probes.hang import read_rank
 from probes.hang.discover import read_proc
 from probes.hang.sources import Sources
 from tests.conftest import REPO
@@ -133,7 +133,7 @@ def test_ranks_that_exit_while_they_are_read_are_gone_not_unreadable(launch: obj
         os.kill(child, 9)
     proc.wait(timeout=10)
     deadline = time.monotonic() + 10
-    samples = [_read_rank(r, "n1", 5.0, deadline, Sources()) for r in ranks if r is not None]
+    samples = [read_rank(r, "n1", 5.0, deadline, Sources()) for r in ranks if r is not None]
     assert all(s.gone and s.error for s in samples)
     picture = analyse(samples)
     assert {s.kind for s in picture.ranks} == {"exited"}

@@ -17,7 +17,7 @@ GPU = FIXTURES / "gpu-h100"
     ("log", "entry", "first_rank"),
     [
         ("e5_ordinal.log", "E5", None),  # "GPU device may be out of range, do you have enough GPUs?"
-        ("e9_nogpu.log", "E9", None),  # ValueError: ProcessGroupNCCL is only supported with GPUs
+        ("e9_nogpu.log", "E9", 0),  # ValueError: ProcessGroupNCCL is only supported with GPUs (one rank)
         ("p5_assert.log", "P5", 0),  # [rank0]: Cuda failure 'device-side assert triggered'
         ("dup_gpu.log", "D3", 1),
     ],

@@ -105,6 +105,7 @@ def _node_json(run_cli: Run, path: Path, env: dict[str, str]) -> Path:
     return path
 
 
+@pytest.mark.slow  # runs every probe
 def test_merge_names_what_differs_between_two_nodes(run_cli: Run, tmp_path: Path) -> None:
     first = _node_json(
         run_cli,
@@ -132,6 +133,7 @@ def test_merge_names_what_differs_between_two_nodes(run_cli: Run, tmp_path: Path
     assert same.returncode == 0 and "the same on every node" in same.stdout.decode()
 
 
+@pytest.mark.slow  # runs every probe
 def test_merge_refuses_what_is_not_a_node_report(run_cli: Run, tmp_path: Path) -> None:
     good = _node_json(run_cli, tmp_path / "good.json", {})
     (tmp_path / "bad.json").write_text("{not json")

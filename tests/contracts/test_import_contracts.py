@@ -52,6 +52,7 @@ def test_the_contracts_hold_on_the_tree() -> None:
         ("probes/env.py", "from triage.cli import probe  # planted\n", "Probes and reproductions"),
     ],
 )
+@pytest.mark.slow  # runs import-linter on a copy of the tree for each case
 def test_a_planted_violation_is_caught(tmp_path: Path, module: str, planted: str, contract: str) -> None:
     root = _copy_tree(tmp_path)
     path = root / module

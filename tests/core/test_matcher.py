@@ -1,12 +1,14 @@
-"""Matcher behaviour on the real knowledge: signatures, honesty about no match, calibration."""
+"""Matcher behaviour on the real knowledge: signatures, honest abstention, neutral unknown words,
+typo tolerance, the confidence model and the question that separates two close entries."""
 
 from __future__ import annotations
 
 import pytest
 
-from triage.core.matcher import rank, rank_options
+from triage.core.matcher import index_for, query_terms, rank, rank_options
 from triage.core.model import KnowledgeBase, QuestionNode
 from triage.core.regex_literals import required_literal
+from triage.core.separate import reachable
 
 
 @pytest.mark.parametrize(
@@ -16,9 +18,11 @@ from triage.core.regex_literals import required_literal
         "how to center a div in css",
         "git rebase interactive squash commits",
         "hello",
+        "it does not work",
+        "npm install fails with EACCES permission denied",
     ],
 )
-def test_off_topic_questions_are_not_guessed(kb: KnowledgeBase, text: str) -> None:
+def test_off_topic_and_content_free_text_is_not_guessed(kb: KnowledgeBase, text: str) -> None:
     match = rank(kb, text)
     assert match.verdict == "no_match", [(h.entry.id, h.score) for h in match.hits]
 
@@ -29,6 +33,7 @@ def test_pasted_error_line_wins_over_words(kb: KnowledgeBase) -> None:
         "This error indicates that your module has parameters that were not used in producing loss."
     )
     match = rank(kb, paste)
+    assert match.verdict == "match"
     assert match.best is not None and match.best.entry.id == "D8"
     assert match.best.score > 0.9
     assert any("error text matches" in r for r in match.best.reasons)
@@ -40,12 +45,79 @@ def test_out_of_scope_problem_gets_an_honest_leaf(kb: KnowledgeBase) -> None:
     assert match.best is not None and not match.best.entry.covered
 
 
-def test_scores_are_calibrated_not_saturated(kb: KnowledgeBase) -> None:
-    match = rank(kb, "ddp hangs")
-    scores = [h.score for h in match.hits]
-    assert scores == sorted(scores, reverse=True)
-    assert all(0 <= s <= 1 for s in scores)
-    assert scores[0] < 0.95  # two words cannot make triage certain
+def test_scores_are_probabilities_and_hits_are_ordered_by_unrounded_evidence(kb: KnowledgeBase) -> None:
+    match = rank(kb, "ddp hangs", top=10)
+    raws = [h.raw for h in match.hits]
+    assert raws == sorted(raws, reverse=True)
+    assert all(0 <= h.score <= 1 for h in match.hits)
+    assert match.hits[0].score < 0.95  # two words cannot make triage certain
+
+
+def test_the_verdict_follows_the_fitted_confidence_threshold(kb: KnowledgeBase) -> None:
+    threshold = index_for(kb).confidence.threshold
+    for text in ("hangs at end of epoch", "ddp hangs", "all processes end up on GPU 0", "error"):
+        match = rank(kb, text)
+        assert match.best is not None
+        if match.verdict == "no_match":
+            assert match.best.score <= threshold + 0.001, text
+        else:
+            assert match.best.score >= threshold - 0.001, text
+
+
+def test_words_the_knowledge_has_never_seen_are_neutral(kb: KnowledgeBase) -> None:
+    plain = rank(kb, "training freezes at the last batch of the epoch", top=5)
+    padded = rank(kb, "training freezes at the last batch of the epoch zorblax quuxified frobnicator", top=5)
+    assert [(h.entry.id, h.raw) for h in plain.hits] == [(h.entry.id, h.raw) for h in padded.hits]
+
+
+def test_numbers_paths_and_file_lines_are_not_evidence(kb: KnowledgeBase) -> None:
+    index = index_for(kb)
+    bare, _ = query_terms(index, "init_process_group hangs on the second node")
+    noisy, _ = query_terms(
+        index,
+        "init_process_group hangs on the second node 4260/4435 0x7f3a9c2e1b40 "
+        'File "/usr/lib/python3.10/site-packages/torch/distributed/elastic/agent/api.py", line 723 '
+        "ProcessGroupNCCL.cpp:1169 https://github.com/pytorch/pytorch/issues/12345",
+    )
+    assert set(noisy) == set(bare)  # "elastic", "agent", "github" would come only from paths
+
+
+def test_misspelt_words_still_meet_the_knowledge(kb: KnowledgeBase) -> None:
+    match = rank(kb, "distirbuted traning hangs at the end of the epcoh", top=3)
+    assert match.best is not None and match.best.entry.id in ("D9", "D22")
+
+
+def test_a_short_symptom_inside_a_long_report_is_not_a_perfect_match(kb: KnowledgeBase) -> None:
+    symptom = kb.entries["D9"].symptoms[0]
+    alone = rank(kb, symptom, top=1).hits[0]
+    diluted = rank(kb, symptom + ". " + " ".join(kb.entries["MN4"].symptoms), top=44)
+    d9 = next(h for h in diluted.hits if h.entry.id == "D9")
+    assert d9.raw < alone.raw
+
+
+def test_text_mostly_in_another_script_is_matched_on_its_english_words_only(kb: KnowledgeBase) -> None:
+    assert rank(kb, "分布式训练在第一个epoch结束时卡住了，怎么办").verdict == "no_match"
+    mixed = rank(kb, "训练报错 RuntimeError: Address already in use 请问怎么解决 端口 被 占用 了")
+    assert mixed.best is not None and mixed.best.entry.id == "D4"
+    assert any("language" in r for r in mixed.best.reasons)
+
+
+def test_close_candidates_come_with_the_question_that_separates_them(kb: KnowledgeBase) -> None:
+    asked = 0
+    for text in ("hangs at end of epoch", "training hangs and the GPUs are idle", "ddp got stuck"):
+        match = rank(kb, text, top=2)
+        if match.question is None:
+            continue
+        asked += 1
+        first, second = (h.entry.id for h in match.hits[:2])
+        node = kb.graph.nodes[match.question.node]
+        assert isinstance(node, QuestionNode) and match.question.prompt == node.prompt
+        assert [entry for _, entry in match.question.options] == [first, second]
+        reach = reachable(kb)
+        for label, entry in match.question.options:
+            option = next(o for o in node.options if o.label == label)
+            assert option.target == entry or entry in reach[option.target]
+    assert asked >= 1
 
 
 def test_vocabulary_joins_user_words_to_entry_words(kb: KnowledgeBase) -> None:

@@ -292,3 +292,22 @@ def test_acs_capability_parsing() -> None:
     assert pcie.acs_control(bytes(4096)) == 0  # no extended capabilities at all
     assert pcie.nvml_bus_id_to_bdf("00000000:18:00.0") == "0000:18:00.0"
     assert pcie.nvml_bus_id_to_bdf("not a bus id") is None
+
+
+def test_real_h100_run_of_the_new_facts(kb: object) -> None:
+    """The new facts as the probes reported them on a lent H100 (tests/fixtures/gpu-h100)."""
+    import json
+
+    from tests.conftest import FIXTURES
+
+    data = json.loads((FIXTURES / "gpu-h100" / "probe-new-facts.json").read_text())
+    facts = {k: v for p in data["probes"] for k, v in p["facts"].items()}
+    catalogue = kb.facts  # type: ignore[attr-defined]
+    assert set(facts) <= set(catalogue)
+    assert facts["gpu.compute_capability"] == "sm_90" and facts["gpu.arch_supported"] is True
+    assert facts["gpu.hardware_errors"] is False and facts["gpu.iommu"] == "off"
+    assert facts["versions.cuda_archs"] == ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
+    assert facts["versions.nccl_built"] is True and facts["versions.known_bad"] is False
+    assert facts["env.container"] == "docker" and facts["env.shm_small"] is False
+    check = (FIXTURES / "gpu-h100" / "new-facts-check.txt").read_text()
+    assert "same: True" in check  # the arch list read from files equals torch.cuda.get_arch_list()

@@ -151,6 +151,7 @@ def netns() -> Iterator[str]:
         subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
 
 
+@pytest.mark.slow  # creates a network namespace
 def test_in_a_network_namespace(netns: str) -> None:
     def probe(ifname: str | None) -> dict[str, object]:
         env = triage_env()

@@ -1,6 +1,12 @@
 """End to end: every failure reproduction runs under real torch (gloo, CPU), its real output goes
 through `triage log`, and the diagnosis must name the entry and the rank that failed first.
 
+Every reproduction runs live in the default setting; the diverged rank (D20, whose first failing
+rank the settings change most: an abort after the exception under --tee, the rank files of
+--log-dir) also runs in every other setting: debug variables, `--tee 3`, `--log-dir` (the per-rank
+files go to `triage log` as separate files), a collector's timestamps. test_repro_outputs.py checks every
+scenario in every setting on their harvested output, at no torch cost.
+
 Each run must end within its bound and leave no process behind: torchrun's workers live in
 sessions of their own, so the check looks for every process carrying the run's token.
 """
@@ -11,12 +17,14 @@ import importlib.util
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import CliResult
 from triage.repro import SCENARIOS, Scenario
 from triage.repro.runner import processes_with_token, run
+from triage.repro.settings import DEFAULT, Setting
 
 pytestmark = [
     pytest.mark.slow,
@@ -25,30 +33,43 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.id for s in SCENARIOS])
-def test_reproduction_is_diagnosed(scenario: Scenario, run_cli: Callable[..., CliResult]) -> None:
+MATRIX = ("D20",)  # run live in every setting; the others in the default one (all: test_repro_outputs.py)
+LIVE = [(s, DEFAULT) for s in SCENARIOS] + [
+    (s, t) for s in SCENARIOS if s.id in MATRIX for t in s.settings() if t is not DEFAULT
+]
+
+
+@pytest.mark.parametrize(("scenario", "setting"), LIVE, ids=[f"{s.id}--{t.name}" for s, t in LIVE])
+def test_reproduction_is_diagnosed(
+    scenario: Scenario, setting: Setting, run_cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
     if scenario.missing():
         pytest.skip(f"{scenario.id} needs {', '.join(scenario.missing())}")
-    result = run(scenario)
+    result = run(scenario, setting=setting)
     assert not result.timed_out, f"{scenario.id} ran past its {scenario.bound_s} s bound"
     assert result.duration_s < scenario.bound_s
     assert result.leftover == []
     assert processes_with_token(result.token) == []
     assert result.output.strip(), "the reproduction printed nothing"
+    if setting.log_dir:
+        assert result.files, "--log-dir wrote no per-rank files"
 
-    cli = run_cli("log", "--json", "-", stdin=result.output.encode())
-    assert cli.returncode == 0, cli.stdout.decode() + cli.stderr.decode() + result.output
+    paths = []
+    for name, text in result.sources():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        paths.append(str(path))
+    cli = run_cli("log", "--json", *paths)
+    output = "\n".join(text for _, text in result.sources())
+    assert cli.returncode == 0, cli.stdout.decode() + cli.stderr.decode() + output
     data = json.loads(cli.stdout)
     ids = [d["id"] for d in data["diagnoses"]]
-    assert ids[0] == scenario.expect, (ids, result.output)
+    assert ids[0] == scenario.expect, (ids, output)
     for other in scenario.also:
         assert other in ids, (ids, other)
-    if scenario.id == "MN5":
-        # The killed worker (os._exit) prints nothing itself: the first failure line is either
-        # torchrun naming local_rank 1, or torchrun's own restart line, which carries no rank.
-        assert data["first_rank"] in (scenario.first_rank, None), (data["first_failure"], result.output)
-    elif scenario.first_rank is not None or scenario.launch != "torchrun":
-        assert data["first_rank"] == scenario.first_rank, (data["first_failure"], result.output)
+    if scenario.first_rank is not None or scenario.launch != "torchrun":
+        assert data["first_rank"] == scenario.first_rank, (data["first_failure"], output)
     else:
         # every rank fails the same way: the first one named must be one of the job's ranks
         assert data["first_rank"] in (0, 1)

@@ -42,7 +42,7 @@ def test_search_end_of_epoch_hang_then_click_through(real_site: Path, open_tab: 
     tab = open_tab()
     tab.goto(real_site / "index.html")
     ids = search(tab, "hangs at end of epoch")
-    assert ids[:2] == ["D9", "D22"]
+    assert ids[0] == "D9"
     assert "epoch" in tab.page.locator("#search-results li").first.inner_text().lower()
     tab.page.locator("#search-results li a").first.click()
     tab.page.wait_for_url("**/D9.html")

@@ -21,6 +21,8 @@ from triage.tui.walk_screen import option_key
 from .conftest import ScriptedRunner, settle
 from .test_app_walks import NET_FREE
 
+pytestmark = pytest.mark.slow  # drives the Textual app
+
 SIZES = [(80, 24), (120, 40)]
 
 

@@ -1,7 +1,7 @@
 """`triage ask TEXT | -`: the best entry for a description or a pasted error, with alternatives.
 
-This is the path users feel: it loads the compiled knowledge (JSON) and rapidfuzz, nothing else
-heavy. No yaml, markdown-it, textual or torch import happens here.
+This is the path users feel: it loads the compiled knowledge (JSON), nothing else heavy. No yaml,
+markdown-it, textual or torch import happens here.
 """
 
 from __future__ import annotations
@@ -73,6 +73,13 @@ def run(args: argparse.Namespace) -> int:
                 }
                 for h in match.hits
             ],
+            "question": {
+                "node": match.question.node,
+                "prompt": match.question.prompt,
+                "answers": [{"label": label, "id": entry} for label, entry in match.question.options],
+            }
+            if match.question
+            else None,
         }
         print(json.dumps(payload, indent=2, ensure_ascii=False))
     else:
@@ -85,7 +92,7 @@ def _report(kb: object, match: object, args: argparse.Namespace) -> list[str]:
 
     from triage.core.matcher import Hit, Match
     from triage.core.model import KnowledgeBase
-    from triage.render.answer import SCREEN_ROWS, answer_lines, ranking_line
+    from triage.render.answer import SCREEN_ROWS, answer_lines, question_lines, ranking_line
     from triage.render.terminal import BOLD, style_for
 
     assert isinstance(kb, KnowledgeBase) and isinstance(match, Match)
@@ -100,7 +107,8 @@ def _report(kb: object, match: object, args: argparse.Namespace) -> list[str]:
         lines.append(style.paint("No entry matches this well.", BOLD))
         lines.append("Try other words, paste the exact error line, or walk the questions with `triage`.")
         lines += ["", "Closest entries, for what they are worth:", *ranking(match.hits)]
-        return lines
+        asked = question_lines(match.question, style) if match.question is not None else []
+        return [*lines, *(["", *asked] if asked else [])]
     if args.brief:
         return [
             style.paint("Ranking ([verify]: the fix changes the science of the run)", BOLD),
@@ -119,7 +127,7 @@ def _report(kb: object, match: object, args: argparse.Namespace) -> list[str]:
         match.verdict,
         [(h.entry, h.score) for h in match.hits[1:]],
         style,
-        question=getattr(match, "question", None),
+        question=match.question,
         full=args.full,
         rows=rows,
     )

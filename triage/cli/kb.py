@@ -8,7 +8,7 @@ import sys
 
 from triage.core.exitcodes import Exit
 
-HELP = "check, build or extend the knowledge base (check, build, codes, new)"
+HELP = "check, build or extend the knowledge base"
 DESCRIPTION = (
     "check: validate every file of the knowledge base and that compiled.json is up to date (exit 2 on any "
     "problem). build: validate, then write compiled.json (and, in the project's knowledge dir, the schema "
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         from triage.kb import generate
 
         (root / COMPILED_NAME).write_text(
-            compiled.to_json(compiled.with_docs(kb), fingerprint(root)), encoding="utf-8"
+            compiled.to_json(compiled.with_docs(kb, str(root)), fingerprint(root)), encoding="utf-8"
         )
         generate.write(root)
     if args.json:

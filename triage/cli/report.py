@@ -74,6 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_probe_arguments(parser, timeout_flag="--timeout", default_timeout=5.0, can_switch_off=True)
 
 
+# What a node report keeps of each probe result (the evidence stays in the Markdown, redacted).
+REPORT_PROBE_KEYS = ("name", "status", "summary", "facts", "flagged")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns its exit status."""
     if args.action == "merge":
@@ -225,16 +229,7 @@ def report_json(kb: KnowledgeBase, data: ReportInput) -> dict[str, Any]:
         "schema": NODE_SCHEMA,
         "node": node.to_json(),
         "diagnosis": {"id": entry.id, "title": entry.title, "how": source} if entry else None,
-        "probes": [
-            {
-                "name": r.name,
-                "status": r.status,
-                "summary": r.summary,
-                "facts": r.facts,
-                "flagged": list(r.flagged),
-            }
-            for r in data.results
-        ],
+        "probes": [{k: v for k, v in r.to_plain().items() if k in REPORT_PROBE_KEYS} for r in data.results],
         "not_run": dict(data.not_run),
         "findings": [{"entry": f.entry_id, "text": f.text} for f in data.findings],
         "markdown": build_report(kb, data),

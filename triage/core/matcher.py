@@ -1,60 +1,86 @@
-"""Ranking entries for free text or pasted error output (`triage ask`, the TUI's search box).
+"""Ranking entries for free text or pasted error output (`triage ask`, the TUI, `triage log`'s fallback).
 
-Three signals per entry, combined into one calibrated score in [0, 1]:
-- signatures: an entry's regexes found in the text (pasted errors are the strongest evidence);
-- lexical: BM25 over the entry's title, summary, symptoms and fix, normalised by the best score
-  the query could reach, so it reads as "how much of what you said this entry explains";
-- fuzzy: rapidfuzz similarity to the closest symptom phrasing, which forgives typos and word order.
-A best score under NO_MATCH_BELOW means nothing matches well, and the answer says so.
+Three signals per entry, from the compiled index (triage.core.match_index):
+- signatures: an entry's regexes found in the text (pasted errors are the strongest evidence); a
+  regex is compiled only when the literal text every match must contain is in the query, and its
+  repeats are bounded and a long text searched in windows around that literal (safe_regex);
+- coverage: the weight of the query's terms that the entry carries, over the weight of all the
+  query's terms the knowledge knows (plus a prior, so two vague words cannot explain everything);
+  a word the knowledge has never seen is neutral, neither for nor against;
+- phrasing: the weighted overlap (Dice, symmetric) between the query and the closest symptom
+  phrasing, so a short symptom inside a long query is not a perfect match.
+They add up to a raw score. Whether to answer is a confidence model fitted on the corpus's train
+split (bench/fit_confidence.py): the probability that the best entry is right, from its raw score,
+its lead over the runner-up and whether a signature matched. Under the model's threshold the answer
+is "no entry matches this well". When the two best entries are close, the decision graph's question
+that separates them comes with the answer.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from typing import Literal, NamedTuple
 
+from triage.core.match_index import FORMAT, build_index_data, compact_index
 from triage.core.model import Entry, KnowledgeBase, QuestionNode
-from triage.core.safe_regex import bounded, reach, windows
-from triage.core.text import Normalizer
+from triage.core.safe_regex import windows
+from triage.core.separate import Question, separating_question
+from triage.core.text import PAIR, Normalizer, foreign_share, pairs
 
 Verdict = Literal["match", "no_match", "out_of_scope"]
 
-# Field weights for the lexical index: what users type resembles symptoms and titles most.
-FIELD_WEIGHTS = (("title", 2.0), ("summary", 1.0), ("symptoms", 1.5), ("root_cause", 0.25), ("fix", 0.2))
-BM25_K1 = 1.2
-BM25_B = 0.4
-# Combination weights, chosen by leave-one-symptom-out accuracy on the knowledge itself (phrasings
-# the index has never seen; bench/bench_ask_eval.py --loo) rather than by the small dev set.
-W_SIGNATURE = 1.6
-W_LEXICAL = 1.0
-W_FUZZY = 0.3
-# Calibration: a logistic fitted (maximum likelihood) to whether the top hit was right, over the
-# leave-one-out phrasings plus off-topic questions. A score reads as "how often an answer this
-# strong is the right one"; under 0.5 the answer is "nothing matches well".
-CAL_SLOPE = 2.5
-CAL_MIDPOINT = 0.40
-NO_MATCH_BELOW = 0.5
+W_COVERAGE = 1.0
+W_PHRASE = 0.5
+W_SIGNATURE = 1.5
+PRIOR_WEIGHT = 0.6  # query weight nobody explains: vague or short text cannot reach full coverage
 ECHO_FACTOR = 0.6
+TYPO_DISCOUNT = 0.8
+LEAD_TERMS = 20
+LEAD_DECAY = 0.5
+CLOSE_RATIO = 0.85  # the runner-up within this share of the best raw score: ask what separates them
 MAX_QUERY_CHARS = 1_000_000
-MAX_FUZZY_TOKENS = 200  # distinct query tokens compared with the symptom phrasings
+FOREIGN_NOTE = 0.3
+
+
+class Confidence(NamedTuple):
+    """A logistic model of "the best entry is right" (fitted on train by bench/fit_confidence.py):
+    from the entry's word evidence (coverage and phrasing), its lead over the runner-up (raw
+    scores) and the strength of its matched error signature (0 when none matched)."""
+
+    bias: float = -3.0
+    score: float = 4.0
+    gap: float = 3.0
+    signature: float = 5.0
+    threshold: float = 0.5
+
+    def probability(self, score: float, gap: float, signature: float) -> float:
+        z = self.bias + self.score * score + self.gap * gap + self.signature * signature
+        return 1 / (1 + math.exp(-max(-40.0, min(40.0, z))))
 
 
 class Hit(NamedTuple):
-    """An entry that matched a query, with its score and why."""
+    """An entry ranked for a query: its probability of being right, why, and its evidence."""
 
     entry: Entry
-    score: float
+    score: float  # the probability that this entry is the right one (rounded to 3 places)
     reasons: tuple[str, ...] = ()
+    raw: float = 0.0  # the unrounded evidence the ranking uses
+    signature: float = 0.0  # the strength of the entry's matched error signatures (0 = none)
+
+    @property
+    def words(self) -> float:
+        """The evidence from words alone (coverage and phrasing), without the signatures'."""
+        return self.raw - W_SIGNATURE * self.signature
 
 
 class Match(NamedTuple):
-    """A query's verdict and its ranked hits."""
+    """A query's verdict, its ranked hits and, when the best two are close, what separates them."""
 
     query: str
     verdict: Verdict
     hits: tuple[Hit, ...]
+    question: Question | None = None  # what separates the two best entries, when they are close
 
     @property
     def best(self) -> Hit | None:
@@ -65,226 +91,247 @@ class _Signature(NamedTuple):
     pattern: str
     weight: float
     echo: bool
-    literal: str | None  # lower-case text every match must contain: a cheap test before the regex
+    anchors: tuple[str, ...]  # a match contains one of these (lower case); () = always try
     safe: str  # the pattern with its repeats bounded (safe_regex.bounded): what is searched
-    reach: int  # how far a match extends around the literal (the windows of a long text)
-
-
-class _Doc(NamedTuple):
-    entry: Entry
-    length: float
-    phrases: list[str]  # normalised symptom phrasings and title, for fuzzy matching
-    signatures: list[_Signature]
-
-
-def _signature_data(pattern: str, weight: float, echo: bool) -> list[object]:
-    from triage.core.regex_literals import required_literal
-
-    safe = bounded(pattern)
-    return [pattern, weight, echo, required_literal(pattern), safe, reach(safe)]
-
-
-def build_index_data(kb: KnowledgeBase) -> dict[str, object]:
-    """The query-independent part of matching, as JSON-ready data (stored in compiled.json)."""
-    normalizer = Normalizer(kb.vocabulary)
-    docs: dict[str, object] = {}
-    df: Counter[str] = Counter()
-    for entry in kb.entries.values():
-        tf: dict[str, float] = {}
-        for name, weight in FIELD_WEIGHTS:
-            value = getattr(entry, name)
-            text = " ".join(value) if isinstance(value, tuple) else value
-            for token in normalizer.tokens(text):
-                tf[token] = round(tf.get(token, 0.0) + weight, 4)
-        tf[entry.id.lower()] = tf.get(entry.id.lower(), 0.0) + 3.0
-        phrases = [" ".join(normalizer.tokens(s)) for s in (*entry.symptoms, entry.title)]
-        signatures = [_signature_data(s.pattern, s.weight, s.echo) for s in entry.signatures]
-        docs[entry.id] = {
-            "tf": tf,
-            "length": round(sum(tf.values()), 4),
-            "phrases": [p for p in phrases if p],
-            "signatures": signatures,
-        }
-        df.update(tf.keys())
-    count = max(len(docs), 1)
-    idf = {t: round(math.log(1 + (count - n + 0.5) / (n + 0.5)), 6) for t, n in df.items()}
-    lengths = [d["length"] for d in docs.values() if isinstance(d, dict)]
-    return {"docs": docs, "idf": idf, "avg_length": sum(lengths) / count if lengths else 1.0, "count": count}
-
-
-def compact_index(full: dict[str, object]) -> dict[str, object]:
-    """The form stored in compiled.json: term weights as an inverted index of posting strings
-    ("idf;doc:weight doc:weight"), which `ask` decodes only for the query's own tokens. Parsing
-    every entry's term dictionary instead was the largest part of loading the knowledge."""
-    docs = full["docs"]
-    idf = full["idf"]
-    assert isinstance(docs, dict) and isinstance(idf, dict)
-    postings: dict[str, list[str]] = {}
-    for position, raw in enumerate(docs.values()):
-        for token, weight in raw["tf"].items():
-            postings.setdefault(token, []).append(f"{position}:{weight!r}")
-    return {
-        "postings": {t: f"{idf[t]!r};" + " ".join(items) for t, items in sorted(postings.items())},
-        "docs": {k: {f: v[f] for f in ("length", "phrases", "signatures")} for k, v in docs.items()},
-        "avg_length": full["avg_length"],
-        "count": full["count"],
-    }
+    reach: int  # how far a match extends around an anchor (the windows of a long text)
 
 
 class Index:
     """Everything about the knowledge base that does not depend on the query."""
 
     def __init__(self, kb: KnowledgeBase) -> None:
+        self.kb = kb
         self.normalizer = Normalizer(kb.vocabulary)
-        data = kb.match_index if kb.match_index is not None else compact_index(build_index_data(kb))
-        raw_docs = data["docs"]
-        postings = data["postings"]
-        avg_length = data["avg_length"]
-        count = data["count"]
-        assert isinstance(raw_docs, dict) and isinstance(postings, dict)
-        assert isinstance(avg_length, float | int) and isinstance(count, int)
-        self.docs: list[_Doc] = []
-        for entry in kb.entries.values():
-            raw = raw_docs[entry.id]
-            sigs = [_Signature(*fields) for fields in raw["signatures"]]
-            self.docs.append(_Doc(entry, raw["length"], raw["phrases"], sigs))
-        self._postings: dict[str, str] = postings
-        self._decoded: dict[str, tuple[float, list[tuple[int, float]]]] = {}
-        self.avg_length = float(avg_length)
-        self.max_idf = math.log(1 + (count + 0.5) / 0.5)
+        data = kb.match_index
+        if data is None or data.get("format") != FORMAT:
+            data = compact_index(build_index_data(kb))
+        self.data = data
+        ids = data["entries"]
+        assert isinstance(ids, list)
+        self.entries: list[Entry] = [kb.entries[i] for i in ids]
+        self._postings: dict[str, str] = data["postings"]  # type: ignore[assignment]
+        self._decoded: dict[str, tuple[float, list[tuple[int, float]]] | None] = {}
+        raw_phrases = data["phrases"]
+        raw_signatures = data["signatures"]
+        assert isinstance(raw_phrases, dict) and isinstance(raw_signatures, dict)
+        self.phrases = [[(float(w), frozenset(p.split())) for w, p in raw_phrases[i]] for i in ids]
+        self.signatures = [
+            [_Signature(p, w, e, tuple(a), safe, span) for p, w, e, a, safe, span in raw_signatures[i]]
+            for i in ids
+        ]
+        conf = data.get("confidence")
+        self.confidence = Confidence(**conf) if isinstance(conf, dict) else Confidence()
+        self._regex: dict[str, re.Pattern[str] | None] = {}
+        self._by_shape: dict[tuple[str, int], list[str]] | None = None
 
-    def posting(self, token: str) -> tuple[float, list[tuple[int, float]]] | None:
-        """(idf, [(doc position, term weight), ...]) for a token, or None when no entry has it."""
-        decoded = self._decoded.get(token)
-        if decoded is None:
-            raw = self._postings.get(token)
+    def posting(self, term: str) -> tuple[float, list[tuple[int, float]]] | None:
+        """(weight, [(entry position, strength), ...]) for a term, or None when no entry has it."""
+        if term not in self._decoded:
+            raw = self._postings.get(term)
             if raw is None:
-                return None
-            idf, _, items = raw.partition(";")
-            pairs = [item.split(":") for item in items.split(" ")]
-            decoded = (float(idf), [(int(d), float(w)) for d, w in pairs])
-            self._decoded[token] = decoded
-        return decoded
+                self._decoded[term] = None
+            else:
+                weight, _, items = raw.partition(";")
+                pairs = [item.split(":") for item in items.split(" ")]
+                self._decoded[term] = (float(weight), [(int(d), float(s)) for d, s in pairs])
+        return self._decoded[term]
+
+    def correct(self, term: str) -> str | None:
+        """The knowledge's term a misspelt word most likely means (one edit, two for long words)."""
+        if len(term) < 5 or not term.isalpha() or not term.isascii():
+            return None
+        if self._by_shape is None:
+            self._by_shape = {}
+            for known in self._postings:
+                if len(known) >= 4 and known.isalpha():
+                    self._by_shape.setdefault((known[0], len(known)), []).append(known)
+        limit = 1 if len(term) < 8 else 2
+        best: tuple[int, str] | None = None
+        for size in range(len(term) - limit, len(term) + limit + 1):
+            for known in self._by_shape.get((term[0], size), ()):
+                distance = _edit_distance(term, known, limit)
+                if distance <= limit and (best is None or (distance, known) < best):
+                    best = (distance, known)
+        return best[1] if best else None
+
+    def regex(self, pattern: str) -> re.Pattern[str] | None:
+        if pattern not in self._regex:
+            try:
+                self._regex[pattern] = re.compile(pattern, re.IGNORECASE | re.MULTILINE)
+            except re.error:
+                self._regex[pattern] = None
+        return self._regex[pattern]
 
 
-_INDEXES: dict[int, tuple[KnowledgeBase, Index]] = {}
+def _edit_distance(a: str, b: str, limit: int) -> int:
+    """Damerau-Levenshtein (adjacent transpositions), giving up past `limit`."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cost = 0 if ca == cb else 1
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                current[j] = min(current[j], previous2[j - 2] + 1)
+        if min(current) > limit:
+            return limit + 1
+        previous2, previous = previous, current
+    return previous[-1]
+
+
+_INDEXES: dict[int, Index] = {}
 
 
 def index_for(kb: KnowledgeBase) -> Index:
     """The matcher's index for a knowledge base (built once, then cached)."""
     cached = _INDEXES.get(id(kb))
-    if cached is None or cached[0] is not kb:
-        cached = (kb, Index(kb))
+    if cached is None or cached.kb is not kb:
+        cached = Index(kb)
         _INDEXES[id(kb)] = cached
-    return cached[1]
+    return cached
 
 
-def _signature_score(doc: _Doc, text: str, lowered: str) -> tuple[float, list[str]]:
+def query_terms(index: Index, text: str) -> tuple[dict[str, float], int]:
+    """The query's terms the knowledge knows, with their weights, and how many words it did not.
+
+    Reports lead with what matters (a title, the error line): terms first seen past the first
+    LEAD_TERMS count for less, the further the less."""
+    terms: dict[str, float] = {}
+    unknown = 0
+    tokens = index.normalizer.tokens(text)
+    first: dict[str, int] = {}
+    for position, term in enumerate(pairs(tokens)):
+        at = position if position < len(tokens) else position - len(tokens)
+        first.setdefault(term, at)
+    for term, at in first.items():
+        lead = 1.0 if at < LEAD_TERMS else (LEAD_TERMS / (at + 1)) ** LEAD_DECAY
+        posting = index.posting(term)
+        if posting is not None:
+            terms[term] = max(terms.get(term, 0.0), posting[0] * lead)
+            continue
+        fixed = index.correct(term) if PAIR not in term else None
+        fixed_posting = index.posting(fixed) if fixed else None
+        if fixed and fixed_posting is not None:
+            terms[fixed] = max(terms.get(fixed, 0.0), fixed_posting[0] * TYPO_DISCOUNT * lead)
+        elif PAIR not in term:
+            unknown += 1
+    return terms, unknown
+
+
+def _signature_score(index: Index, position: int, text: str, lowered: str) -> tuple[float, list[str]]:
     best = 0.0
     found = 0
     reasons = []
-    for sig in doc.signatures:
-        if sig.literal is not None and sig.literal not in lowered:
+    for sig in index.signatures[position]:
+        if sig.anchors and not any(a in lowered for a in sig.anchors):
             continue
-        anchors = (sig.literal,) if sig.literal is not None else ()
-        m = next(
-            (
-                hit
-                for part in windows(text, lowered, anchors, sig.reach)
-                if (hit := re.search(sig.safe, part, re.IGNORECASE | re.MULTILINE))
-            ),
-            None,
-        )
+        regex = index.regex(sig.safe)
+        if regex is None:
+            continue
+        parts = windows(text, lowered, sig.anchors, sig.reach)
+        m = next((hit for part in parts if (hit := regex.search(part)) is not None), None)
         if m is None:
             continue
         found += 1
-        value = sig.weight * (ECHO_FACTOR if sig.echo else 1.0)
-        best = max(best, value)
+        best = max(best, sig.weight * (ECHO_FACTOR if sig.echo else 1.0))
         reasons.append(f"error text matches {sig.pattern!r}: {m.group(0)[:80]!r}")
     if found > 1:
         best = min(1.0, best + 0.1 * (found - 1))
     return best, reasons
 
 
-def _lexical_scores(index: Index, tokens: list[str]) -> list[float]:
-    scores = [0.0] * len(index.docs)
-    if not tokens:
-        return scores
-    norms = [BM25_K1 * (1 - BM25_B + BM25_B * d.length / index.avg_length) for d in index.docs]
-    ideal = 0.0
-    for token in set(tokens):
-        posting = index.posting(token)
-        if posting is None:
-            ideal += index.max_idf * (BM25_K1 + 1)  # a word no entry uses still counts against coverage
-            continue
-        idf, items = posting
-        ideal += idf * (BM25_K1 + 1)
-        for position, tf in items:
-            scores[position] += idf * tf * (BM25_K1 + 1) / (tf + norms[position])
-    return [s / ideal for s in scores] if ideal else scores
-
-
-def _fuzzy_scores(index: Index, tokens: list[str]) -> list[float]:
-    from rapidfuzz import fuzz
-
-    if not tokens:
-        return [0.0] * len(index.docs)
-    # token_set_ratio compares sets, so repeats change nothing; the cap keeps a pasted megabyte from
-    # costing a minute (the site's search applies the same cap).
-    query = " ".join(list(dict.fromkeys(tokens))[:MAX_FUZZY_TOKENS])
-    return [
-        max((fuzz.token_set_ratio(query, p) for p in doc.phrases), default=0.0) / 100 for doc in index.docs
-    ]
-
-
-def calibrate(raw: float) -> float:
-    """A raw score mapped to a 0..1 confidence."""
-    return 1 / (1 + math.exp(-CAL_SLOPE * (raw - CAL_MIDPOINT)))
+def _scores(index: Index, terms: dict[str, float]) -> tuple[list[float], list[float], list[list[str]]]:
+    """Coverage and phrasing per entry, and the terms each entry explains (heaviest first)."""
+    size = len(index.entries)
+    explained = [0.0] * size
+    shared: list[list[tuple[float, str]]] = [[] for _ in range(size)]
+    ordered = sorted(terms.items())  # one summation order, which the docs site's search repeats
+    for term, weight in ordered:
+        posting = index.posting(term)
+        assert posting is not None
+        for position, strength in posting[1]:
+            explained[position] += weight * strength
+            shared[position].append((weight * strength, term))
+    total = sum(w for _, w in ordered)
+    coverage = [e / (total + PRIOR_WEIGHT) for e in explained]
+    phrase = [0.0] * size
+    for position, phrasings in enumerate(index.phrases):
+        for phrase_weight, words in phrasings:
+            common = sum(terms.get(t, 0.0) for t in words)
+            if common:
+                phrase[position] = max(phrase[position], 2 * common / (total + phrase_weight))
+    names = [[t for _, t in sorted(s, reverse=True)[:5]] for s in shared]
+    return coverage, phrase, names
 
 
 def rank(kb: KnowledgeBase, text: str, top: int = 5) -> Match:
-    """Entries best first with calibrated scores; the verdict says whether any matches well."""
+    """Entries best first with their probabilities; the verdict says whether any matches well."""
     index = index_for(kb)
     text = text[:MAX_QUERY_CHARS]
-    tokens = index.normalizer.tokens(text)
-    lexical = _lexical_scores(index, tokens)
-    fuzzy = _fuzzy_scores(index, tokens)
-    hits = []
+    terms, _unknown = query_terms(index, text)
+    coverage, phrase, names = _scores(index, terms)
     lowered = text.lower()
-    for doc, lex, fz in zip(index.docs, lexical, fuzzy, strict=True):
-        sig, reasons = _signature_score(doc, text, lowered)
-        raw = W_SIGNATURE * sig + W_LEXICAL * lex + W_FUZZY * fz
-        if lex > 0:
-            reasons.append(f"words in common: {lex:.0%} of the query's weight")
-        hits.append(Hit(doc.entry, round(calibrate(raw), 3), tuple(reasons)))
-    hits.sort(key=lambda h: (-h.score, h.entry.id))
-    chosen = tuple(hits[: max(top, 1)])
-    best = chosen[0] if chosen else None
-    if best is None or best.score < NO_MATCH_BELOW:
+    scored = []
+    for position, entry in enumerate(index.entries):
+        sig, reasons = _signature_score(index, position, text, lowered)
+        raw = W_COVERAGE * coverage[position] + W_PHRASE * phrase[position] + W_SIGNATURE * sig
+        if names[position]:
+            reasons.append(f"words that point here: {', '.join(names[position])}")
+        scored.append((raw, sig, entry, reasons))
+    scored.sort(key=lambda item: (-item[0], item[2].id))
+    conf = index.confidence
+    best_raw = scored[0][0] if scored else 0.0
+    second_raw = scored[1][0] if len(scored) > 1 else 0.0
+    hits = []
+    probability = 0.0
+    for i, (raw, sig, entry, reasons) in enumerate(scored[: max(top, 1)]):
+        gap = raw - (second_raw if i == 0 else best_raw)
+        p = conf.probability(raw - W_SIGNATURE * sig, gap, sig)
+        probability = p if i == 0 else probability
+        hits.append(Hit(entry, round(p, 3), tuple(reasons), raw, sig))
+    if foreign_share(text) >= FOREIGN_NOTE and hits:
+        note = "much of this text is in a language the knowledge is not written in: only its English words were matched"
+        hits[0] = hits[0]._replace(reasons=(*hits[0].reasons, note))
+    best = hits[0] if hits else None
+    if best is None or probability < conf.threshold:
         verdict: Verdict = "no_match"
     elif not best.entry.covered:
         verdict = "out_of_scope"
     else:
         verdict = "match"
-    return Match(text, verdict, chosen)
+    question = None
+    if len(scored) > 1 and best_raw > 0 and second_raw >= CLOSE_RATIO * best_raw:
+        question = separating_question(kb, scored[0][2].id, scored[1][2].id)
+    return Match(text, verdict, tuple(hits), question)
 
 
 def rank_options(node: QuestionNode, text: str, kb: KnowledgeBase | None = None) -> list[tuple[int, float]]:
     """How well free text answers each option of a question: (option index, 0..1), best first.
 
-    With the knowledge base, its vocabulary applies ("frozen" meets "hangs")."""
-    from rapidfuzz import fuzz
+    For the option's label and each of its keywords: the weighted overlap (Dice) with the text's
+    terms, or, when one holds all of the other (the text says a whole keyword, or a short answer
+    is part of a label), that containment, squared so that half counts for a quarter. With the knowledge base, its vocabulary and term weights apply
+    ("frozen" meets "hangs")."""
+    index = index_for(kb) if kb is not None else None
+    normalizer = index.normalizer if index is not None else Normalizer({})
 
-    normalizer = index_for(kb).normalizer if kb is not None else Normalizer({})
-    query = " ".join(normalizer.tokens(text))
+    def weight(term: str) -> float:
+        posting = index.posting(term) if index is not None else None
+        return posting[0] if posting is not None else 0.5
+
+    query = {t: weight(t) for t in normalizer.tokens(text)}
+    total = sum(query.values())
     scored = []
     for i, option in enumerate(node.options):
-        candidates = [option.label, *option.keywords]
-        best = (
-            max(fuzz.token_set_ratio(query, " ".join(normalizer.tokens(c))) for c in candidates)
-            if query
-            else 0
-        )
-        scored.append((i, best / 100))
+        best = 0.0
+        for candidate in (option.label, *option.keywords):
+            words = {t: weight(t) for t in normalizer.tokens(candidate)}
+            common = sum(w for t, w in words.items() if t in query)
+            if common:
+                size = sum(words.values())
+                contained = max(common / size, common / total) ** 2
+                best = max(best, 2 * common / (total + size), contained)
+        scored.append((i, best))
     scored.sort(key=lambda pair: -pair[1])
     return scored

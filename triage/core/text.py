@@ -1,264 +1,266 @@
-"""Text normalisation shared by the matcher's index and its queries.
+"""Text normalisation shared by the matcher's index, its queries and the docs site's search.
 
-Both sides go through the same steps (lower-case, vocabulary rewrite, tokenise, drop stopwords,
-light stemming), so a phrasing and an entry meet on the same terms.
+Both sides go through the same steps, so a phrasing and an entry meet on the same terms:
+
+1. What is not evidence goes: URLs, source files and file:line references (`distributed_c10d.py:
+   400`, anything under site-packages), bare numbers and their units, hex ids and addresses.
+2. Identifiers are split into words (camelCase, snake_case, kebab-case) and their joined form is
+   kept too: all_reduce, AllReduce, all-reduce and ALLREDUCE all give "allreduce".
+3. Words are lower-cased, accents folded and stemmed. Words in other scripts are kept as they are;
+   the knowledge is written in English, so they never meet it and count for nothing either way.
+4. Vocabulary variants (knowledge/vocabulary.yaml, and the collective names of COLLECTIVES) are
+   rewritten to their canonical term after stemming; the words of a variant may sit up to
+   WINDOW_GAP other words apart ("end of the first epoch" meets "end of epoch").
+5. Stopwords and numbers, kept until then so that variants can use them, are dropped.
+
+triage/site/assets/search.js repeats these rules for the docs site's search; a browser test holds
+the two together.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Iterable, Iterator, Mapping
+from typing import NamedTuple
 
-_TOKEN_RE = re.compile(r"[a-z0-9]+(?:_[a-z0-9]+)*")
+WINDOW_GAP = 2  # words allowed between the words of a vocabulary variant, in total
 
-STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "and",
-        "or",
-        "but",
-        "if",
-        "then",
-        "else",
-        "of",
-        "to",
-        "in",
-        "on",
-        "at",
-        "by",
-        "for",
-        "with",
-        "from",
-        "into",
-        "onto",
-        "over",
-        "under",
-        "about",
-        "as",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "being",
-        "am",
-        "do",
-        "does",
-        "did",
-        "doing",
-        "done",
-        "have",
-        "has",
-        "had",
-        "having",
-        "i",
-        "me",
-        "my",
-        "mine",
-        "we",
-        "our",
-        "you",
-        "your",
-        "it",
-        "its",
-        "this",
-        "that",
-        "these",
-        "those",
-        "there",
-        "here",
-        "he",
-        "she",
-        "they",
-        "them",
-        "their",
-        "what",
-        "which",
-        "who",
-        "whom",
-        "whose",
-        "when",
-        "where",
-        "why",
-        "how",
-        "all",
-        "any",
-        "both",
-        "each",
-        "few",
-        "more",
-        "most",
-        "other",
-        "some",
-        "such",
-        "no",
-        "nor",
-        "not",
-        "only",
-        "own",
-        "same",
-        "so",
-        "than",
-        "too",
-        "very",
-        "s",
-        "t",
-        "can",
-        "will",
-        "just",
-        "don",
-        "should",
-        "now",
-        "would",
-        "could",
-        "may",
-        "might",
-        "must",
-        "shall",
-        "im",
-        "ive",
-        "id",
-        "youre",
-        "its",
-        "dont",
-        "doesnt",
-        "didnt",
-        "cant",
-        "cannot",
-        "isnt",
-        "arent",
-        "wasnt",
-        "wont",
-        "please",
-        "help",
-        "hi",
-        "hello",
-        "thanks",
-        "thank",
-        "anyone",
-        "someone",
-        "somebody",
-        "something",
-        "anything",
-        "everything",
-        "get",
-        "gets",
-        "got",
-        "getting",
-        "use",
-        "used",
-        "using",
-        "uses",
-        "also",
-        "still",
-        "even",
-        "again",
-        "like",
-        "want",
-        "need",
-        "trying",
-        "try",
-        "tried",
-        "seem",
-        "seems",
-        "seemed",
-        "way",
-        "one",
-        "ever",
-        "really",
-        "actually",
-        "maybe",
-        "though",
-        "however",
-        "while",
-        "after",
-        "before",
-        "during",
-        "up",
-        "down",
-        "out",
-        "off",
-        "very",
-        "much",
-        "many",
-        "lot",
-        "lots",
-        "know",
-        "think",
-        "see",
-        "saw",
-        "look",
-        "looks",
-        "looking",
-        "run",
-        "running",
-        "ran",
-        "issue",
-        "problem",
-        "question",
-    ]
+# One lexicon for the collective operations: every spelling of a name (all_reduce, allReduce,
+# all-reduce, "all reduce") reaches the spaced form by step 2, and that form the joined one.
+COLLECTIVES: dict[str, tuple[str, ...]] = {
+    "allreduce": ("all reduce",),
+    "allgather": ("all gather",),
+    "reducescatter": ("reduce scatter",),
+    "alltoall": ("all to all",),
+    "broadcast": (),
+    "barrier": ("monitored barrier",),
+}
+
+STOPWORDS = frozenset(  # a word list reads better as text
+    """a an the and or but if then else of to in on at by for with from into onto over under about
+    as is are was were be been being am do does did doing done have has had having i me my mine we
+    our you your it its this that these those there here he she they them their what which who whom
+    whose when where why how all any both each few more most other some such no nor not only own same
+    so than too very s t can will just don should now would could may might must shall im ive id
+    youre dont doesnt didnt cant cannot isnt arent wasnt wont please help hi hello thanks thank anyone
+    someone somebody something anything everything get gets got getting use used using uses also
+    still even again like want need trying try tried seem seems seemed way one ever really actually
+    maybe though however while after before during up down out off much many lot lots know think see
+    saw look looks looking run running ran issue problem question""".split()  # noqa: SIM905
 )
 
+_SOURCE_SUFFIX = re.compile(r"\.(?:py|pyx|pyi|cpp|cc|cxx|cu|cuh|hpp|h|c|so)(?::\d+)*$")
+_IDENTIFIER = re.compile(r"[^\W_]+(?:[_-]+[^\W_]+)*")
+_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_ACRONYMS = re.compile(r"[A-Z]{2,}s|[KMGTP]iB")  # GPUs, IDs, MiB: one word, not "GP" + "Us"
+# Units that only ever follow a number: no more evidence than the number itself.
+UNITS = frozenset({"kib", "mib", "gib", "tib", "kb", "mb", "gb", "tb", "ms", "sec", "secs"})
+_HEX = re.compile(r"0x[0-9a-f]+|[0-9a-f]{7,}")
+_FRAME = re.compile(r'File "[^"\n]*", line \d+,?')  # a traceback frame's header: where, not what
+_TRIM = "\"'`()[]{}<>,;!?"
 
-def stem(token: str) -> str:
-    """A deliberately small stemmer: consistent on both sides matters more than linguistic accuracy."""
-    if len(token) <= 3 or not token.isalpha():
-        return token
-    if token.endswith("ies") and len(token) > 4:
-        token = token[:-3] + "y"
-    elif token.endswith("sses") or token.endswith(("ches", "shes", "xes", "zes")):
-        token = token[:-2]
-    elif token.endswith("s") and not token.endswith(("ss", "us", "is")):
-        token = token[:-1]
-    if token.endswith("ing") and len(token) >= 7:
-        token = token[:-3]
-    elif token.endswith("ed") and len(token) >= 6:
-        token = token[:-2]
-    if token.endswith("e") and len(token) > 4:
-        token = token[:-1]
-    return token
+
+def _evidence_chunks(text: str) -> Iterable[str]:
+    """Whitespace-separated chunks of `text` that can carry evidence (no URLs or source paths, no
+    traceback frame headers but their function names).
+
+    Chunk by chunk rather than with regexes over the whole text: linear whatever the input."""
+    for chunk in _FRAME.sub(" ", text).split():
+        core = chunk.strip(_TRIM)
+        if "://" in core or core.startswith("www.") or "-packages" in core:
+            continue
+        found = _SOURCE_SUFFIX.search(core)
+        if found is not None and found.start() > 0:
+            continue  # a source file, maybe with a directory and :line
+        yield core
+
+
+def _fold(word: str) -> str:
+    if word.isascii():
+        return word
+    decomposed = unicodedata.normalize("NFKD", word)
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def is_number(word: str) -> bool:
+    """Bare numbers, hex ids and words made mostly of digits (versions, sizes, GPU models)."""
+    if word.isdigit() or _HEX.fullmatch(word) is not None:
+        return True
+    digits = sum(c.isdigit() for c in word)
+    return digits * 2 > len(word)
+
+
+def identifiers(text: str) -> Iterator[list[str]]:
+    """Each identifier of the evidence in `text` as its lower-case words (one word for a plain word)."""
+    for chunk in _evidence_chunks(text):
+        for identifier in _IDENTIFIER.findall(chunk):
+            parts: list[str] = []
+            for piece in re.split(r"[_-]+", identifier):
+                if piece.isupper() or piece.islower() or not piece.isascii() or _ACRONYMS.fullmatch(piece):
+                    parts.append(piece)
+                else:
+                    parts.extend(_HUMP.sub(" ", piece).split())
+            yield [_fold(p.lower()) for p in parts if p]
+
+
+def raw_words(text: str) -> list[str]:
+    """Lower-case words in reading order; an identifier gives its parts, then its joined form
+    (fine-tuning -> fine, tuning, finetuning), so that it meets the same words written together."""
+    out: list[str] = []
+    for words in identifiers(text):
+        out.extend(words)
+        if len(words) > 1:
+            out.append("".join(words))
+    return out
+
+
+PLURAL_ACRONYMS = frozenset({"gpus", "cpus", "tpus", "npus"})
+
+
+def stem(word: str) -> str:
+    """A small suffix stripper: consistent on both sides matters more than linguistic accuracy."""
+    if len(word) <= 3 or not word.isalpha() or not word.isascii():
+        return word
+    if word.endswith("sses"):
+        word = word[:-2]
+    elif word.endswith("ies") and len(word) > 4:
+        word = word[:-3] + "y"
+    elif word.endswith(("ches", "shes", "xes", "zes")):
+        word = word[:-2]
+    elif word.endswith("s") and (not word.endswith(("ss", "us", "is")) or word in PLURAL_ACRONYMS):
+        word = word[:-1]
+    for suffix, keep in (("ing", 4), ("ed", 3)):
+        stem_part = word[: -len(suffix)]
+        if word.endswith(suffix) and len(stem_part) >= keep and any(v in stem_part for v in "aeiouy"):
+            word = stem_part
+            if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz":
+                word = word[:-1]  # stopped -> stop, running -> run
+            break
+    if word.endswith(("isation", "ization")):
+        word = word[:-5]
+    elif word.endswith("ly") and len(word) > 5:
+        word = word[:-2]
+    if word.endswith("e") and len(word) > 4:
+        word = word[:-1]
+    if word.endswith("is") and len(word) > 6:
+        word = word[:-1] + "z"  # initialise / initialize
+    return word
+
+
+def _term(word: str) -> tuple[str, bool]:
+    """(term, keep): stopwords and numbers stay in the sequence for variants, then go."""
+    if word in STOPWORDS:
+        return word, False
+    if len(word) < 2 or word in UNITS or is_number(word):
+        return word, False
+    return stem(word), True
+
+
+def sequence(text: str) -> list[tuple[str, bool]]:
+    """(term, keep) for every word of `text`: steps 1 to 3, before the vocabulary."""
+    return [_term(w) for w in raw_words(text)]
+
+
+class Variant(NamedTuple):
+    """A vocabulary variant as terms: which of them are content words (only those may follow a
+    gap), and the canonical term it stands for."""
+
+    terms: tuple[str, ...]
+    content: tuple[bool, ...]
+    canonical: str
 
 
 class Normalizer:
-    """Rewrites vocabulary variants to canonical terms, then tokenises.
+    """Turns text into the terms the matcher compares: the steps of the module docstring."""
 
-    Variants are matched as token sequences (longest first), not with one big regex: compiling a
-    regex of every variant would cost more than the whole query on the `ask` path."""
-
-    def __init__(self, vocabulary: Mapping[str, list[str] | tuple[str, ...]]) -> None:
-        self._variants: dict[tuple[str, ...], str] = {}
+    def __init__(self, vocabulary: Mapping[str, Iterable[str]]) -> None:
+        self._variants: dict[str, list[Variant]] = {}
+        merged: dict[str, list[str]] = {k: list(v) for k, v in COLLECTIVES.items()}
         for canonical, words in vocabulary.items():
+            merged.setdefault(canonical, []).extend(words)
+        for canonical, words in merged.items():
+            target = stem(canonical.lower())
             for word in words:
-                key = tuple(_TOKEN_RE.findall(word.lower()))
-                if key:
-                    self._variants[key] = canonical.lower()
-        self._longest = max((len(k) for k in self._variants), default=0)
+                seq = sequence(word)
+                key = tuple(t for t, _ in seq)
+                if key and key != (target,):
+                    variant = Variant(key, tuple(k for _, k in seq), target)
+                    self._variants.setdefault(key[0], []).append(variant)
+        for options in self._variants.values():
+            options.sort(key=lambda item: -len(item.terms))
 
-    def _canonical(self, raw: list[str]) -> list[str]:
+    @property
+    def variants(self) -> dict[str, list[Variant]]:
+        """First term -> the variants that start with it, longest first (for search.js)."""
+        return self._variants
+
+    @staticmethod
+    def _match(seq: list[tuple[str, bool]], start: int, variant: Variant) -> list[int] | None:
+        """Positions of the variant's terms from `start` on, in order, with at most WINDOW_GAP other
+        words between; only a content word may follow a gap ("rank 0" needs the 0 right after)."""
+        positions = [start]
+        gaps = 0
+        at = start + 1
+        for word, content in zip(variant.terms[1:], variant.content[1:], strict=True):
+            while content and at < len(seq) and seq[at][0] != word and gaps < WINDOW_GAP:
+                at += 1
+                gaps += 1
+            if at >= len(seq) or seq[at][0] != word:
+                return None
+            positions.append(at)
+            at += 1
+        return positions
+
+    def tokens(self, text: str) -> list[str]:
+        """The terms of `text`, in order (a term may repeat)."""
+        seq = sequence(text)
         out: list[str] = []
         i = 0
-        while i < len(raw):
-            for n in range(min(self._longest, len(raw) - i), 0, -1):
-                canonical = self._variants.get(tuple(raw[i : i + n]))
-                if canonical is not None:
-                    out.append(canonical)
-                    i += n
+        while i < len(seq):
+            term, keep = seq[i]
+            for variant in self._variants.get(term, ()):
+                positions = self._match(seq, i, variant) if len(variant.terms) > 1 else [i]
+                if positions is not None:
+                    out.append(variant.canonical)
+                    inside = set(positions)
+                    out.extend(
+                        t for j, (t, k) in enumerate(seq[i : positions[-1] + 1], i) if k and j not in inside
+                    )
+                    i = positions[-1] + 1
                     break
             else:
-                out.append(raw[i])
+                if keep:
+                    out.append(term)
                 i += 1
         return out
 
-    def tokens(self, text: str) -> list[str]:
-        """Content tokens; compound identifiers (find_unused_parameters) also yield their parts."""
-        out: list[str] = []
-        for raw in self._canonical(_TOKEN_RE.findall(text.lower())):
-            if raw in STOPWORDS:
-                continue
-            out.append(stem(raw))
-            if "_" in raw:
-                out.extend(stem(p) for p in raw.split("_") if p and p not in STOPWORDS)
-        return out
+
+PAIR = "+"
+
+
+def pairs(tokens: list[str]) -> list[str]:
+    """The terms and every pair of adjacent terms ("device+ordinal"): word order is evidence too."""
+    return [*tokens, *(f"{a}{PAIR}{b}" for a, b in itertools.pairwise(tokens) if a != b)]
+
+
+def foreign_share(text: str) -> float:
+    """The share of the text's words written in a script other than Latin (0 for none)."""
+    words = [w for w in raw_words(text) if not is_number(w)]
+    if not words:
+        return 0.0
+    return sum(1 for w in words if not w.isascii()) / len(words)
+
+
+def collective_of(name: str) -> str | None:
+    """The canonical collective a function or op name stands for (all_gather_into_tensor ->
+    allgather, ALLREDUCE -> allreduce, monitored_barrier -> barrier), or None."""
+    flat = "".join(c for c in name.lower() if c.isalnum())
+    flat = flat.removeprefix("nccl").removeprefix("c10d")
+    for canonical in ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast"):
+        if flat.startswith(canonical):
+            return canonical
+    if flat in ("barrier", "monitoredbarrier"):
+        return "barrier"
+    return None

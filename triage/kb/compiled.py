@@ -52,15 +52,19 @@ class _LazyDocs(Mapping[str, Mapping[str, list[dict[str, object]]]]):
         return len(self._raw)
 
 
-def with_docs(kb: KnowledgeBase) -> KnowledgeBase:
-    """Attach the parsed Markdown of every entry (imports markdown-it) and the matcher's index."""
-    from triage.core.matcher import build_index_data, compact_index
+def with_docs(kb: KnowledgeBase, root: str | None = None) -> KnowledgeBase:
+    """Attach the parsed Markdown of every entry (imports markdown-it) and the matcher's index, with
+    the English background and, from `root`, the confidence model (triage.kb.matching)."""
+    from triage.core.match_index import build_index_data, compact_index
     from triage.kb import markdown_ast
+    from triage.kb.matching import english_zipf, read_confidence
 
     docs = {
         e.id: {name: markdown_ast.parse(getattr(e, name)) for name in DOC_FIELDS} for e in kb.entries.values()
     }
-    return kb._replace(docs=docs, match_index=compact_index(build_index_data(kb)))
+    confidence = read_confidence(root) if root is not None else None
+    index = compact_index(build_index_data(kb, english_zipf(), confidence))
+    return kb._replace(docs=docs, match_index=index)
 
 
 def to_json(kb: KnowledgeBase, fingerprint: str) -> str:

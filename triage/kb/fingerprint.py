@@ -17,6 +17,8 @@ MAX_SOURCE_BYTES = 1 << 20  # a knowledge file is a few KB; a bigger one is a mi
 ENTRY_DIR = "entries"
 TOP_FILES = ("sections.yaml", "facts.yaml", "graph.yaml", "vocabulary.yaml")
 COMPILED_NAME = "compiled.json"
+# Files the knowledge may have: the confidence model `ask` abstains by (bench/fit_confidence.py).
+OPTIONAL_FILES = ("confidence.yaml",)
 
 
 def source_files(root: StrPath) -> list[str]:
@@ -39,7 +41,8 @@ def fingerprint(root: StrPath) -> str:
     """A cheap fingerprint of every source file (CRC-32 and total size)."""
     crc = 0
     total = 0
-    for path in source_files(root):
+    optional = [os.path.join(os.fspath(root), n) for n in OPTIONAL_FILES]
+    for path in [*source_files(root), *(p for p in optional if os.path.isfile(p))]:
         crc = zlib.crc32(os.path.basename(path).encode() + b"\0", crc)
         try:
             data = read_source(path)

@@ -35,4 +35,4 @@ def compile_sources(root: StrPath) -> KnowledgeBase:
     if kb is None:
         more = f" (and {len(diagnostics) - 1} more; run `triage kb check`)" if len(diagnostics) > 1 else ""
         raise UserError(f"invalid knowledge base: {diagnostics[0].format()}{more}")
-    return compiled.with_docs(kb)
+    return compiled.with_docs(kb, os.fspath(root))

@@ -130,7 +130,8 @@ def rank_rows(scan: Scan, verdict: Verdict) -> list[RankRow]:
     rows: list[RankRow] = []
     for rank in sorted(set(by_rank) | set(verdict.suspect_ranks)):
         mine = by_rank.get(rank, [])
-        printed = [e for e in mine if e.kind != "exit"]
+        # torchrun's summary lines say a worker failed, not what this rank did last.
+        printed = [e for e in mine if e.kind != "exit" and not LAUNCHER_BOILERPLATE.search(e.text)]
         # An exit code is a rank's own failure only when the rank printed nothing about it.
         own = [e for e in printed if e.real] if printed else [e for e in mine if e.real]
         first = verdict.first

@@ -43,6 +43,8 @@ __all__ = [
 # probe only with a script (its findings get a section of their own).
 REPORT_PROBES = ("env", "gpu", "net", "versions", "configs")
 SCRIPT_SECTION = "Training script"
+# The entry's parts under "## Fix": the fix itself, then these (in the one order of render.parts).
+FIX_PARTS = frozenset({"fix", "verification", "root_cause", "related", "references"})
 REPORT_SECTIONS = (
     "Diagnosis",
     "Fix",
@@ -269,8 +271,12 @@ def _fix_section(kb: KnowledgeBase, entry: Entry | None) -> str:
 
     if entry is None:
         return "No fix to give without a diagnosis. `triage` (the interactive app) or `triage ask` can help find one."
-    sections = {part.title: part for part in entry_sections(entry, kb)}
-    out = [sections["Fix"].body, "", "### Verification", "", sections["Verification"].body]
+    # The fix first, then the entry's other parts a maintainer reads, in the one order of
+    # triage.render.parts (the same order as `triage show`, the app and the site).
+    parts = entry_sections(entry, kb, only=FIX_PARTS)
+    out = [parts[0].body]
+    for part in parts[1:]:
+        out += ["", f"### {part.title}", "", part.body]
     return "\n".join(out)
 
 

@@ -1,10 +1,9 @@
 """The data behind the site's client-side search, taken from the `ask` matcher's own index.
 
-The browser ranks exactly as `triage ask` does: the same vocabulary rewrite, stopwords and
-stemmer on the query, the same BM25 term weights for each entry (computed here by
-`triage.core.matcher.Index`, shipped precomputed), the same fuzzy comparison with the symptom
-phrasings, the same signature regexes and the same weights and calibration. `assets/search.js`
-holds the query side; a test checks that both agree.
+The browser ranks exactly as `triage ask` does: the query goes through the same normalising rules
+(triage/core/text.py, repeated in `assets/search.js`) and is scored against the same precomputed
+index (term weights and per-entry strengths, symptom phrasings, signatures with their literal
+anchors) with the same constants and confidence model. A browser test checks that both agree.
 
 Written as a script (`window.TRIAGE_SEARCH = {...}`) rather than a .json file because browsers
 refuse `fetch()` of a local file under file://, and the site must work opened from disk.
@@ -14,35 +13,28 @@ from __future__ import annotations
 
 import json
 
-from triage.core import matcher, safe_regex
+from triage.core import matcher, safe_regex, text
 from triage.core.model import KnowledgeBase
-from triage.core.text import STOPWORDS
 
 GLOBAL_NAME = "TRIAGE_SEARCH"
 
 
-def _plain(text: str) -> str:
-    return " ".join(text.replace("`", "").split())
+def _plain(value: str) -> str:
+    return " ".join(value.replace("`", "").split())
 
 
 def search_data(kb: KnowledgeBase) -> dict[str, object]:
-    """The data the in-browser search ranks with (the matcher's index)."""
+    """The data the in-browser search ranks with (the matcher's index and constants)."""
     index = matcher.index_for(kb)
-    full = matcher.build_index_data(kb)  # per-entry term weights (compiled.json keeps postings)
-    full_docs = full["docs"]
-    idf = full["idf"]
-    assert isinstance(full_docs, dict) and isinstance(idf, dict)
-    terms = sorted(idf)
-    number = {t: i for i, t in enumerate(terms)}
+    data = index.data
+    all_phrases = data["phrases"]
+    assert isinstance(all_phrases, dict)
     entries = []
-    for doc in index.docs:
-        entry = doc.entry
-        originals = [*entry.symptoms, entry.title]
-        if len(doc.phrases) == len(originals):
-            normals = list(doc.phrases)
-        else:  # the matcher dropped phrasings that normalise to nothing: pair the rest up again
-            normals = [" ".join(index.normalizer.tokens(o)) for o in originals]
-        phrases = [[n, " ".join(o.split())] for n, o in zip(normals, originals, strict=True) if n]
+    for entry in index.entries:
+        phrases = all_phrases[entry.id]
+        originals = [entry.title, *entry.symptoms]
+        normals = [" ".join(sorted(set(index.normalizer.tokens(o)))) for o in originals]
+        shown = {n: " ".join(o.split()) for n, o in zip(normals, originals, strict=True) if n}
         entries.append(
             {
                 "id": entry.id,
@@ -51,38 +43,37 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
                 "summary": _plain(entry.summary),
                 "verify": entry.verify.needed,
                 "outside": not entry.covered,
-                "tf": [[number[t], round(w, 6)] for t, w in sorted(full_docs[entry.id]["tf"].items())],
-                "length": round(doc.length, 6),
-                "phrases": phrases,
-                # [the pattern with its repeats bounded, weight, echo, literal, reach]: searched in
-                # the same windows as `ask` searches (triage.core.safe_regex)
-                "signatures": [
-                    [sig.safe, sig.weight, sig.echo, sig.literal, sig.reach] for sig in doc.signatures
-                ],
+                # [weight sum, terms, the phrasing as written] for the snippet under a result
+                "phrases": [[w, terms, shown.get(terms, "")] for w, terms in phrases],
             }
         )
-    variants = {v.lower(): c.lower() for c, words in kb.vocabulary.items() for v in words}
+    signatures = data["signatures"]
+    assert isinstance(signatures, dict)
     return {
         "model": {
-            "k1": matcher.BM25_K1,
-            "b": matcher.BM25_B,
+            "wCoverage": matcher.W_COVERAGE,
+            "wPhrase": matcher.W_PHRASE,
             "wSignature": matcher.W_SIGNATURE,
-            "wLexical": matcher.W_LEXICAL,
-            "wFuzzy": matcher.W_FUZZY,
-            "calSlope": matcher.CAL_SLOPE,
-            "calMidpoint": matcher.CAL_MIDPOINT,
+            "prior": matcher.PRIOR_WEIGHT,
             "echoFactor": matcher.ECHO_FACTOR,
-            "noMatchBelow": matcher.NO_MATCH_BELOW,
-            "maxFuzzyTokens": matcher.MAX_FUZZY_TOKENS,
+            "typoDiscount": matcher.TYPO_DISCOUNT,
+            "leadTerms": matcher.LEAD_TERMS,
+            "leadDecay": matcher.LEAD_DECAY,
+            "maxChars": matcher.MAX_QUERY_CHARS,
             "matchChars": safe_regex.MATCH_CHARS,
             "maxWindows": safe_regex.MAX_WINDOWS,
+            "windowGap": text.WINDOW_GAP,
+            "confidence": index.confidence._asdict(),
         },
-        "stopwords": sorted(STOPWORDS),
-        "vocabulary": dict(sorted(variants.items())),
-        "terms": terms,
-        "idf": [round(idf[t], 6) for t in terms],
-        "avgLength": round(index.avg_length, 6),
-        "maxIdf": round(index.max_idf, 6),
+        "stopwords": sorted(text.STOPWORDS),
+        "pluralAcronyms": sorted(text.PLURAL_ACRONYMS),
+        "units": sorted(text.UNITS),
+        "variants": {
+            first: [[list(v.terms), list(v.content), v.canonical] for v in items]
+            for first, items in index.normalizer.variants.items()
+        },
+        "postings": data["postings"],
+        "signatures": [signatures[e.id] for e in index.entries],
         "entries": entries,
     }
 

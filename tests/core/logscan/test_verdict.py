@@ -124,6 +124,7 @@ def test_scan_lines_and_blocks_agree(kb: KnowledgeBase) -> None:
     assert by_lines.lines == scanner.scan.lines == len(text.splitlines())
 
 
+@pytest.mark.slow  # a stress test: a flood of hits
 def test_events_stay_bounded_on_a_flood_of_hits(kb: KnowledgeBase) -> None:
     line = "[rank1]: RuntimeError: Connection closed by peer [127.0.0.1]:1234\n"
     scanner = Scanner(compile_signatures(kb))

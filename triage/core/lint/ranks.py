@@ -16,6 +16,7 @@ import ast
 from dataclasses import dataclass
 from typing import Literal, cast
 
+from triage.core import launchers
 from triage.core.lint.script import FunctionNode, Scope, Script, const_int, dotted
 
 Side = Literal["zero", "nonzero", "other"]
@@ -36,13 +37,8 @@ _RANK_CALLS: dict[str, RankKind] = {
     "get_node_local_rank": "local",
 }
 _RANK_ENV: dict[str, RankKind] = {
-    "RANK": "global",
-    "SLURM_PROCID": "global",
-    "OMPI_COMM_WORLD_RANK": "global",
-    "PMI_RANK": "global",
-    "LOCAL_RANK": "local",
-    "SLURM_LOCALID": "local",
-    "OMPI_COMM_WORLD_LOCAL_RANK": "local",
+    **dict.fromkeys(launchers.RANK, "global"),
+    **dict.fromkeys(launchers.LOCAL_RANK, "local"),
 }
 # Names, attributes and calls that mean "this is the main process".
 MAIN_NAMES = frozenset(

@@ -33,7 +33,7 @@ def compiled_current(ctx: Context) -> Iterator[Finding]:
     data = compiled.read(str(target))
     if data is None or data.get("fingerprint") != stamp:
         yield Finding(display(ctx, COMPILED_NAME), 0, "", "does not match the sources")
-    elif compiled.to_json(compiled.with_docs(ctx.kb), stamp) != target.read_text(encoding="utf-8"):
+    elif compiled.to_json(compiled.with_docs(ctx.kb, str(root)), stamp) != target.read_text(encoding="utf-8"):
         yield Finding(display(ctx, COMPILED_NAME), 0, "", "was written by a different version of triage")
 
 

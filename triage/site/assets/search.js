@@ -1,100 +1,206 @@
 /* Client-side search for the triage docs site. It ranks entries exactly as `triage ask` does
-   (triage/matcher.py and triage/text.py): the same normalisation of the query, BM25 over the
-   entries' precomputed term weights, fuzzy similarity to the symptom phrasings, signature
-   regexes, the same weights and calibration. The data (search-index.js) is loaded on first use. */
+   (triage/core/matcher.py and triage/core/text.py): the same normalising rules for the query, the
+   same precomputed index (term weights, per-entry strengths, symptom phrasings, signatures), the
+   same constants and confidence model. The data (search-index.js) is loaded on first use. */
 (function () {
   "use strict";
-  var LIMIT = 8, FLOOR = 0.2, model = null;
+  // Results shown: up to LIMIT entries with at least RELATIVE of the best entry's evidence.
+  var LIMIT = 8, RELATIVE = 0.35, model = null;
 
-  function escapeRe(s) { return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"); }
+  function len(s) { return Array.from(s).length; }
+  function isAscii(s) { return /^[\x00-\x7f]*$/.test(s); }
+  function isAlpha(s) { return /^\p{L}+$/u.test(s); }
+  function hasCase(s) { return s.toLowerCase() !== s.toUpperCase(); }
+  function isUpper(s) { return hasCase(s) && s === s.toUpperCase(); }
+  function isLower(s) { return hasCase(s) && s === s.toLowerCase(); }
+
+  // triage/core/text.py, step by step.
+  var TRIM = "\"'`()[]{}<>,;!?";
+  var SOURCE_SUFFIX = /\.(?:py|pyx|pyi|cpp|cc|cxx|cu|cuh|hpp|h|c|so)(?::\d+)*$/;
+  var IDENTIFIER = /[\p{L}\p{N}]+(?:[_-]+[\p{L}\p{N}]+)*/gu;
+  var HUMP = /(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])/g;
+  var ACRONYMS = /^(?:[A-Z]{2,}s|[KMGTP]iB)$/;
+  var HEX = /^(?:0x[0-9a-f]+|[0-9a-f]{7,})$/;
+  var FRAME = /File "[^"\n]*", line \d+,?/g;
+
+  function strip(s) {
+    var a = 0, b = s.length;
+    while (a < b && TRIM.indexOf(s[a]) >= 0) a++;
+    while (b > a && TRIM.indexOf(s[b - 1]) >= 0) b--;
+    return s.slice(a, b);
+  }
+  function chunks(text) {
+    return text.replace(FRAME, " ").split(/\s+/).filter(Boolean).map(strip).filter(function (c) {
+      if (c.indexOf("://") >= 0 || c.startsWith("www.") || c.indexOf("-packages") >= 0) return false;
+      var m = SOURCE_SUFFIX.exec(c);
+      return !(m && m.index > 0);
+    });
+  }
+  function fold(w) { return isAscii(w) ? w : w.normalize("NFKD").replace(/\p{M}/gu, ""); }
+  function isNumber(w) {
+    if (/^\p{Nd}+$/u.test(w) || HEX.test(w)) return true;
+    var digits = (w.match(/\p{Nd}/gu) || []).length;
+    return digits * 2 > len(w);
+  }
+  function rawWords(text) {
+    var out = [];
+    chunks(text).forEach(function (chunk) {
+      (chunk.match(IDENTIFIER) || []).forEach(function (ident) {
+        var words = [];
+        ident.split(/[_-]+/).forEach(function (piece) {
+          if (!piece) return;
+          var parts = isUpper(piece) || isLower(piece) || !isAscii(piece) || ACRONYMS.test(piece)
+            ? [piece] : piece.replace(HUMP, " ").split(/\s+/).filter(Boolean);
+          parts.forEach(function (p) { words.push(fold(p.toLowerCase())); });
+        });
+        words.forEach(function (w) { out.push(w); });
+        if (words.length > 1) out.push(words.join(""));
+      });
+    });
+    return out;
+  }
+  function stemmer(plurals) {
+    return function stem(w) {
+      if (len(w) <= 3 || !isAlpha(w) || !isAscii(w)) return w;
+      if (w.endsWith("sses")) w = w.slice(0, -2);
+      else if (w.endsWith("ies") && w.length > 4) w = w.slice(0, -3) + "y";
+      else if (/(?:ches|shes|xes|zes)$/.test(w)) w = w.slice(0, -2);
+      else if (w.endsWith("s") && (!/(?:ss|us|is)$/.test(w) || plurals.has(w))) w = w.slice(0, -1);
+      var rules = [["ing", 4], ["ed", 3]];
+      for (var i = 0; i < rules.length; i++) {
+        var suffix = rules[i][0], part = w.slice(0, -suffix.length);
+        if (w.endsWith(suffix) && part.length >= rules[i][1] && /[aeiouy]/.test(part)) {
+          w = part;
+          if (w.length > 3 && w[w.length - 1] === w[w.length - 2] && "lsz".indexOf(w[w.length - 1]) < 0) w = w.slice(0, -1);
+          break;
+        }
+      }
+      if (w.endsWith("isation") || w.endsWith("ization")) w = w.slice(0, -5);
+      else if (w.endsWith("ly") && w.length > 5) w = w.slice(0, -2);
+      if (w.endsWith("e") && w.length > 4) w = w.slice(0, -1);
+      if (w.endsWith("is") && w.length > 6) w = w.slice(0, -1) + "z";
+      return w;
+    };
+  }
 
   function prepare(data) {
-    var stop = new Set(data.stopwords), vocab = data.vocabulary, variants = Object.keys(vocab);
-    variants.sort(function (a, b) { return b.length - a.length; });
-    // Variants are matched as token sequences, longest first (triage/text.py Normalizer).
-    var TOKEN_RE = /[a-z0-9]+(?:_[a-z0-9]+)*/g, ngram = new Map(), longest = 0;
-    Object.keys(vocab).forEach(function (v) {
-      var key = v.toLowerCase().match(TOKEN_RE) || [];
-      if (key.length) { ngram.set(key.join(" "), vocab[v].toLowerCase()); longest = Math.max(longest, key.length); }
-    });
-    function canonical(raw) {
-      var out = [], i = 0;
-      while (i < raw.length) {
-        var n = Math.min(longest, raw.length - i), hit = false;
-        for (; n > 0; n--) {
-          var c = ngram.get(raw.slice(i, i + n).join(" "));
-          if (c !== undefined) { out.push(c); i += n; hit = true; break; }
-        }
-        if (!hit) { out.push(raw[i]); i += 1; }
-      }
-      return out;
+    var m = data.model, stop = new Set(data.stopwords), units = new Set(data.units);
+    var stem = stemmer(new Set(data.pluralAcronyms));
+    var variants = data.variants;
+    function sequence(text) {
+      return rawWords(text).map(function (w) {
+        if (stop.has(w) || len(w) < 2 || units.has(w) || isNumber(w)) return [w, false];
+        return [stem(w), true];
+      });
     }
-    function stem(t) {
-      if (t.length <= 3 || !/^[a-z]+$/.test(t)) return t;
-      if (t.endsWith("ies") && t.length > 4) t = t.slice(0, -3) + "y";
-      else if (/(sses|ches|shes|xes|zes)$/.test(t)) t = t.slice(0, -2);
-      else if (t.endsWith("s") && !/(ss|us|is)$/.test(t)) t = t.slice(0, -1);
-      if (t.endsWith("ing") && t.length >= 7) t = t.slice(0, -3);
-      else if (t.endsWith("ed") && t.length >= 6) t = t.slice(0, -2);
-      if (t.endsWith("e") && t.length > 4) t = t.slice(0, -1);
-      return t;
+    function matchAt(seq, start, key, content) {
+      var positions = [start], gaps = 0, at = start + 1;
+      for (var k = 1; k < key.length; k++) {
+        while (content[k] && at < seq.length && seq[at][0] !== key[k] && gaps < m.windowGap) { at++; gaps++; }
+        if (at >= seq.length || seq[at][0] !== key[k]) return null;
+        positions.push(at); at++;
+      }
+      return positions;
     }
     function tokens(text) {
-      var out = [];
-      canonical(text.toLowerCase().match(TOKEN_RE) || []).forEach(function (raw) {
-        if (stop.has(raw)) return;
-        out.push(stem(raw));
-        if (raw.indexOf("_") >= 0) raw.split("_").forEach(function (p) { if (p && !stop.has(p)) out.push(stem(p)); });
-      });
+      var seq = sequence(text), out = [], i = 0;
+      while (i < seq.length) {
+        var options = Object.prototype.hasOwnProperty.call(variants, seq[i][0]) ? variants[seq[i][0]] : [], hit = false;
+        for (var o = 0; o < options.length; o++) {
+          var key = options[o][0], positions = key.length > 1 ? matchAt(seq, i, key, options[o][1]) : [i];
+          if (!positions) continue;
+          out.push(options[o][2]);
+          for (var j = i; j <= positions[positions.length - 1]; j++) {
+            if (seq[j][1] && positions.indexOf(j) < 0) out.push(seq[j][0]);
+          }
+          i = positions[positions.length - 1] + 1; hit = true; break;
+        }
+        if (!hit) { if (seq[i][1]) out.push(seq[i][0]); i++; }
+      }
       return out;
     }
-    var idf = new Map(data.terms.map(function (t, i) { return [t, data.idf[i]]; }));
-    var entries = data.entries.map(function (e) {
-      var sigs = [];
-      e.signatures.forEach(function (s) {
-        try { sigs.push([new RegExp(s[0], "im"), s[1], s[2], s[3] ? [s[3]] : [], s[4]]); }
-        catch (err) { /* Python-only syntax */ }
+    var decoded = new Map(), shapes = null;
+    function posting(term) {
+      if (!decoded.has(term)) {
+        var raw = Object.prototype.hasOwnProperty.call(data.postings, term) ? data.postings[term] : null, value = null;
+        if (raw !== null) {
+          var cut = raw.indexOf(";");
+          value = [parseFloat(raw.slice(0, cut)), raw.slice(cut + 1).split(" ").map(function (item) {
+            var p = item.split(":"); return [parseInt(p[0], 10), parseFloat(p[1])];
+          })];
+        }
+        decoded.set(term, value);
+      }
+      return decoded.get(term);
+    }
+    function editDistance(a, b, limit) {
+      var prev2 = [], prev = [];
+      for (var j = 0; j <= b.length; j++) prev.push(j);
+      for (var i = 1; i <= a.length; i++) {
+        var cur = [i];
+        for (j = 1; j <= b.length; j++) {
+          var cost = a[i - 1] === b[j - 1] ? 0 : 1;
+          cur[j] = Math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost);
+          if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) cur[j] = Math.min(cur[j], prev2[j - 2] + 1);
+        }
+        if (Math.min.apply(null, cur) > limit) return limit + 1;
+        prev2 = prev; prev = cur;
+      }
+      return prev[b.length];
+    }
+    function correct(term) {
+      if (term.length < 5 || !isAlpha(term) || !isAscii(term)) return null;
+      if (!shapes) {
+        shapes = new Map();
+        Object.keys(data.postings).forEach(function (k) {
+          if (k.length >= 4 && isAlpha(k)) {
+            var key = k[0] + ":" + k.length;
+            if (!shapes.has(key)) shapes.set(key, []);
+            shapes.get(key).push(k);
+          }
+        });
+      }
+      var limit = term.length < 8 ? 1 : 2, best = null;
+      for (var size = term.length - limit; size <= term.length + limit; size++) {
+        (shapes.get(term[0] + ":" + size) || []).forEach(function (k) {
+          var d = editDistance(term, k, limit);
+          if (d <= limit && (best === null || d < best[0] || (d === best[0] && k < best[1]))) best = [d, k];
+        });
+      }
+      return best ? best[1] : null;
+    }
+    var entries = data.entries.map(function (e, position) {
+      var sigs = data.signatures[position].map(function (s) {
+        var re = null;
+        try { re = new RegExp(s[4], "im"); } catch (err) { /* Python-only syntax */ }
+        return { re: re, weight: s[1], echo: s[2], anchors: s[3], reach: s[5] };
       });
-      return { e: e, tf: new Map(e.tf.map(function (p) { return [data.terms[p[0]], p[1]]; })), sigs: sigs,
-        sets: e.phrases.map(function (p) { return new Set(p[0].split(/\s+/).filter(Boolean)); }) };
+      return { e: e, sigs: sigs, phrases: e.phrases.map(function (p) { return [p[0], p[1].split(" "), p[2]]; }) };
     });
-    var phraseRe = variants.length ? new RegExp("(?<![A-Za-z0-9_])(?:" + variants.map(escapeRe).join("|") + ")(?![A-Za-z0-9_])", "gi") : null;
-    return { m: data.model, idf: idf, entries: entries, tokens: tokens, maxIdf: data.maxIdf, avg: data.avgLength,
-      phraseRe: phraseRe };
+    return { m: m, tokens: tokens, posting: posting, correct: correct, entries: entries };
   }
 
-  // rapidfuzz's token_set_ratio (fuzz_py.py), on token sets, as a 0..1 similarity.
-  function tokenSetRatio(a, b) {
-    if (!a.size || !b.size) return 0;
-    var inter = [], ab = [], ba = [];
-    a.forEach(function (t) { (b.has(t) ? inter : ab).push(t); });
-    b.forEach(function (t) { if (!a.has(t)) ba.push(t); });
-    if (inter.length && (!ab.length || !ba.length)) return 1;
-    var abJ = ab.sort().join(" "), baJ = ba.sort().join(" ");
-    var sect = inter.length ? inter.join(" ").length : 0;
-    var sectAb = sect + (sect ? 1 : 0) + abJ.length, sectBa = sect + (sect ? 1 : 0) + baJ.length;
-    var lensum = sectAb + sectBa, dist = abJ.length + baJ.length - 2 * lcs(abJ, baJ);
-    var result = lensum ? 1 - dist / lensum : 1;
-    if (!sect) return result;
-    var r1 = 1 - ((sect ? 1 : 0) + abJ.length) / (sect + sectAb);
-    var r2 = 1 - ((sect ? 1 : 0) + baJ.length) / (sect + sectBa);
-    return Math.max(result, r1, r2);
+  function pairs(tokens) {
+    var out = tokens.slice();
+    for (var i = 0; i + 1 < tokens.length; i++) if (tokens[i] !== tokens[i + 1]) out.push(tokens[i] + "+" + tokens[i + 1]);
+    return out;
   }
-  // Longest common subsequence length (Indel distance = len a + len b - 2 * LCS).
-  function lcs(a, b) {
-    if (!a.length || !b.length) return 0;
-    var prev = new Array(b.length + 1).fill(0), cur = new Array(b.length + 1).fill(0);
-    for (var i = 1; i <= a.length; i++) {
-      for (var j = 1; j <= b.length; j++) {
-        cur[j] = a[i - 1] === b[j - 1] ? prev[j - 1] + 1 : Math.max(prev[j], cur[j - 1]);
-      }
-      var swap = prev; prev = cur; cur = swap;
-    }
-    return prev[b.length];
+
+  function queryTerms(x, text) {
+    var m = x.m, tokens = x.tokens(text), all = pairs(tokens), first = new Map(), terms = new Map();
+    all.forEach(function (t, position) { if (!first.has(t)) first.set(t, position < tokens.length ? position : position - tokens.length); });
+    first.forEach(function (at, term) {
+      var lead = at < m.leadTerms ? 1 : Math.pow(m.leadTerms / (at + 1), m.leadDecay);
+      var p = x.posting(term);
+      if (p) { terms.set(term, Math.max(terms.has(term) ? terms.get(term) : 0, p[0] * lead)); return; }
+      var fixed = term.indexOf("+") < 0 ? x.correct(term) : null, fp = fixed ? x.posting(fixed) : null;
+      if (fixed && fp) terms.set(fixed, Math.max(terms.has(fixed) ? terms.get(fixed) : 0, fp[0] * m.typoDiscount * lead));
+    });
+    return terms;
   }
 
   // The parts of `text` a signature is searched in (triage/core/safe_regex.py windows): all of a
-  // short text, else windows around the first places its literal occurs, so that no pasted text
+  // short text, else windows around the first places its anchors occur, so that no pasted text
   // can make a regex run for long (the patterns' repeats are bounded too).
   function windows(text, lowered, anchors, span) {
     var m = model.m;
@@ -119,60 +225,78 @@
     return out;
   }
 
-  function rank(text) {
-    var x = model, m = x.m, qt = x.tokens(text), unique = Array.from(new Set(qt)), lowered = text.toLowerCase();
-    var ideal = unique.reduce(function (s, t) { return s + (x.idf.has(t) ? x.idf.get(t) : x.maxIdf) * (m.k1 + 1); }, 0);
-    var query = new Set(unique.slice(0, m.maxFuzzyTokens));
-    return x.entries.map(function (d) {
-      var lex = 0, fuzzy = 0, best = -1, sig = 0, found = 0;
-      if (qt.length) {
-        var norm = m.k1 * (1 - m.b + m.b * d.e.length / x.avg), total = 0;
-        unique.forEach(function (t) { var tf = d.tf.get(t); if (tf) total += x.idf.get(t) * tf * (m.k1 + 1) / (tf + norm); });
-        lex = ideal ? total / ideal : 0;
-        d.sets.forEach(function (p, i) { var r = tokenSetRatio(query, p); if (r > fuzzy) { fuzzy = r; best = i; } });
-      }
-      d.sigs.forEach(function (s) {
-        if (s[3].length && lowered.indexOf(s[3][0]) < 0) return;
-        if (!windows(text, lowered, s[3], s[4]).some(function (part) { return s[0].test(part); })) return;
-        found += 1; sig = Math.max(sig, s[1] * (s[2] ? m.echoFactor : 1));
-      });
-      if (found > 1) sig = Math.min(1, sig + 0.1 * (found - 1));
-      var raw = m.wSignature * sig + m.wLexical * lex + m.wFuzzy * fuzzy;
-      var score = Math.round(1000 / (1 + Math.exp(-m.calSlope * (raw - m.calMidpoint)))) / 1000;
-      return { e: d.e, score: score, phrase: best >= 0 ? d.e.phrases[best][1] : "" };
-    }).sort(function (a, b) { return b.score - a.score || (a.e.id < b.e.id ? -1 : a.e.id > b.e.id ? 1 : 0); });
+  function probability(c, score, gap, signature) {
+    var z = c.bias + c.score * score + c.gap * gap + c.signature * signature;
+    return 1 / (1 + Math.exp(-Math.max(-40, Math.min(40, z))));
   }
 
-  // Marks the words of `text` that meet the query: vocabulary phrases ("end of epoch") as a whole,
-  // then single words.
-  function marked(text, qs, into) {
-    var pos = 0, re = model.phraseRe, m;
-    function words(part) {
-      part.split(/(\s+)/).forEach(function (word) {
-        var hit = model.tokens(word).some(function (t) { return qs.has(t); });
-        into.appendChild(hit ? mark(word) : document.createTextNode(word));
+  function rank(text) {
+    var x = model, m = x.m, size = x.entries.length;
+    text = text.slice(0, m.maxChars);
+    var terms = queryTerms(x, text), ordered = Array.from(terms.keys()).sort();
+    var explained = new Array(size).fill(0), total = 0;
+    ordered.forEach(function (t) {
+      var w = terms.get(t);
+      x.posting(t)[1].forEach(function (p) { explained[p[0]] += w * p[1]; });
+    });
+    ordered.forEach(function (t) { total += terms.get(t); });
+    var lowered = text.toLowerCase();
+    var scored = x.entries.map(function (d, position) {
+      var phrase = 0, best = -1;
+      d.phrases.forEach(function (p, i) {
+        var common = 0;
+        p[1].forEach(function (t) { if (terms.has(t)) common += terms.get(t); });
+        if (common) { var r = 2 * common / (total + p[0]); if (r > phrase) { phrase = r; best = i; } }
       });
-    }
+      var sig = 0, found = 0;
+      d.sigs.forEach(function (s) {
+        if (s.anchors.length && !s.anchors.some(function (a) { return lowered.indexOf(a) >= 0; })) return;
+        if (!s.re || !windows(text, lowered, s.anchors, s.reach).some(function (part) { return s.re.test(part); })) return;
+        found += 1; sig = Math.max(sig, s.weight * (s.echo ? m.echoFactor : 1));
+      });
+      if (found > 1) sig = Math.min(1, sig + 0.1 * (found - 1));
+      var coverage = explained[position] / (total + m.prior);
+      var raw = m.wCoverage * coverage + m.wPhrase * phrase + m.wSignature * sig;
+      return { e: d.e, raw: raw, signature: sig, phrase: best >= 0 ? d.phrases[best][2] : "" };
+    }).sort(function (a, b) { return b.raw - a.raw || (a.e.id < b.e.id ? -1 : a.e.id > b.e.id ? 1 : 0); });
+    var c = m.confidence, top = scored.length ? scored[0].raw : 0, second = scored.length > 1 ? scored[1].raw : 0;
+    scored.forEach(function (r, i) {
+      var words = r.raw - m.wSignature * r.signature, gap = r.raw - (i === 0 ? second : top);
+      r.probability = probability(c, words, gap, r.signature);
+      r.score = Math.round(1000 * r.probability) / 1000;
+    });
+    return scored;
+  }
+
+  // Marks the words of `text` that meet the query: a run of up to four words as a whole where
+  // together they make a term none of them makes alone ("end of epoch"), else single words.
+  function marked(text, qs, into) {
+    var parts = text.split(/(\s+)/), i = 0;
+    function hits(piece) { return model.tokens(piece).filter(function (t) { return qs.has(t); }); }
     function mark(part) { var el = document.createElement("mark"); el.textContent = part; return el; }
-    if (re) {
-      re.lastIndex = 0;
-      while ((m = re.exec(text)) !== null) {
-        if (!m[0].length) { re.lastIndex += 1; continue; }
-        var hit = model.tokens(m[0]).some(function (t) { return qs.has(t); });
-        if (!hit || m[0].indexOf(" ") < 0) continue;
-        words(text.slice(pos, m.index));
-        into.appendChild(mark(m[0]));
-        pos = m.index + m[0].length;
+    while (i < parts.length) {
+      var done = false;
+      for (var n = 7; n >= 3 && !done; n -= 2) {
+        if (i + n > parts.length || /^\s*$/.test(parts[i])) continue;
+        var span = parts.slice(i, i + n), alone = new Set();
+        span.forEach(function (w) { hits(w).forEach(function (t) { alone.add(t); }); });
+        if (hits(span.join("")).some(function (t) { return !alone.has(t); })) {
+          into.appendChild(mark(span.join(""))); i += n; done = true;
+        }
       }
+      if (done) continue;
+      into.appendChild(hits(parts[i]).length ? mark(parts[i]) : document.createTextNode(parts[i]));
+      i += 1;
     }
-    words(text.slice(pos));
   }
 
   function show(query, box) {
     var list = box.querySelector("ol"), status = box.querySelector("[role=status]");
     list.replaceChildren();
     if (!query.trim()) { box.hidden = true; status.textContent = ""; return; }
-    var results = rank(query).filter(function (r) { return r.score >= FLOOR; }).slice(0, LIMIT);
+    var ranked = rank(query), best = ranked.length ? ranked[0] : null;
+    var results = ranked.filter(function (r) { return r.raw > 0 && r.raw >= RELATIVE * best.raw; }).slice(0, LIMIT);
+    var sure = best && best.probability >= model.m.confidence.threshold;
     var qs = new Set(model.tokens(query));
     results.forEach(function (r) {
       var li = document.createElement("li"), a = document.createElement("a"), id = document.createElement("span");
@@ -192,9 +316,10 @@
       li.appendChild(p);
       list.appendChild(li);
     });
-    status.textContent = results.length
-      ? (results.length === 1 ? "1 entry matches" : results.length + " entries match") + ", best first"
-      : "Nothing matches well. Try other words, paste the error line, or follow the decision graph.";
+    status.textContent = !results.length
+      ? "Nothing matches well. Try other words, paste the error line, or follow the decision graph."
+      : sure ? (results.length === 1 ? "1 entry matches" : results.length + " entries match") + ", best first"
+        : "Nothing matches well; the closest entries, for what they are worth:";
     box.hidden = false;
   }
 

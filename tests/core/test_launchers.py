@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from probes.launchers import LOCAL_WORLD_SIZE, RANK, WORLD_SIZE, first_int, under_launcher
+from triage.core.launchers import LOCAL_WORLD_SIZE, RANK, WORLD_SIZE, first_int, under_launcher
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,8 @@
 torchrun, SLURM's srun and MPI launchers (Open MPI, MPICH/PMI) name the same things differently;
 each tuple lists the variables for one quantity, most common first. The probes that need a rank's
 place (the environment probe, the dist mini-test's workers, `triage hang` finding the ranks of a
-running job) read it here, so a launcher added once is understood everywhere.
+running job) and the script linter (which rank a script's `os.environ[...]` reads) take the names
+from here, so a launcher added once is understood everywhere.
 """
 
 from __future__ import annotations

@@ -1,0 +1,187 @@
+"""The query-independent half of matching, computed once when the knowledge is compiled.
+
+For every term of the knowledge base: a weight, how much seeing it in a report says. A word that is
+common in ordinary English ("yet", "found", "work") or that many entries use in their symptoms
+("training", "gpu") says little; a word that is rare in both ("watchdog", "hostfile") says a lot.
+The English frequencies come from a background word list (the `wordfreq` package, consulted only
+here, at build time; `triage kb build` passes its lookup in); the knowledge's own spread across
+entries stands for generic ML text.
+
+For every entry and term: how strongly the entry carries the term, from the fields it appears in.
+Symptoms, titles and error signatures are what reports resemble; root cause and fix are prose about
+the remedy and count for much less.
+
+The result is JSON-ready data (stored in compiled.json); triage.core.matcher reads it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+
+from triage.core.model import Entry, KnowledgeBase, Signature
+from triage.core.text import COLLECTIVES, PAIR, Normalizer, identifiers, pairs, stem
+
+Zipf = Callable[[str], float]  # a word's Zipf frequency in English (log10 per billion words; 0 = unseen)
+
+FIELD_WEIGHTS: tuple[tuple[str, float], ...] = (
+    ("title", 1.0),
+    ("symptoms", 1.0),
+    ("signatures", 0.8),
+    ("summary", 0.5),
+    ("root_cause", 0.3),
+    ("fix", 0.08),
+)
+EVIDENCE_FIELDS = frozenset({"title", "symptoms", "signatures", "summary"})
+DF_FIELDS = EVIDENCE_FIELDS
+SATURATION = 3.0  # strength = 1 - exp(-field-weighted count / (SATURATION * length factor))
+LENGTH_NORM = 0.4
+ZIPF_CEILING = 8.0  # "the" is 7.7: a word this common says (almost) nothing
+ENGLISH_FLOOR = 0.05
+DOMAIN_SHARE = 0.8  # how much of a term's weight its spread across entries may take away
+DOMAIN_OFFSET = 1.0  # the knowledge's prose is about this domain only: its frequencies read this much lower
+DEFAULT_ZIPF = 3.0  # without a background word list every word counts as moderately rare
+PAIR_FACTOR = 1.0  # a pair of adjacent terms weighs this share of its two terms' mean
+FORMAT = 3
+
+
+def _literal_text(pattern: str) -> str:
+    """A signature's pattern with the regex syntax blanked out: the words a matching line holds."""
+    return re.sub(r"\\[sSdDwWbB]|\\.|\[[^\]]*\]|[()|?*+{}^$.]", " ", pattern)
+
+
+def field_texts(entry: Entry) -> list[tuple[str, str]]:
+    """(field, text) for every text an entry is matched on."""
+    texts = [("title", entry.title), ("summary", entry.summary)]
+    texts += [("symptoms", s) for s in entry.symptoms]
+    for sig in entry.signatures:
+        texts.append(("signatures", _literal_text(sig.pattern)))
+        texts += [("signatures", t) for t in sig.examples]
+    texts += [("root_cause", entry.root_cause), ("fix", entry.fix)]
+    return texts
+
+
+def _surfaces(kb: KnowledgeBase, texts: Iterable[str]) -> dict[str, set[str]]:
+    """term -> the words that produce it, to look the term up in the background list."""
+    found: dict[str, set[str]] = {}
+    for text in texts:
+        for words in identifiers(text):
+            for word in words:
+                found.setdefault(stem(word), set()).add(word)
+            if len(words) > 1:  # a joined identifier is as common as its words written apart
+                found.setdefault(stem("".join(words)), set()).add(" ".join(words))
+    vocabulary: dict[str, list[str]] = {k: list(v) for k, v in COLLECTIVES.items()}
+    for canonical, variants in kb.vocabulary.items():
+        vocabulary.setdefault(canonical, []).extend(variants)
+    for canonical, spellings in vocabulary.items():
+        found.setdefault(stem(canonical.lower()), set()).update(
+            [canonical.lower(), *(v.lower() for v in spellings)]
+        )
+    return found
+
+
+def term_weight(zipf: float, entries_with_term: int, entry_count: int) -> float:
+    """How much a term says: rare in English, and used by few entries' symptoms."""
+    english = min(1.0, max(ENGLISH_FLOOR, (ZIPF_CEILING - zipf) / ZIPF_CEILING))
+    spread = math.log((entry_count + 1) / (entries_with_term + 0.5)) / math.log((entry_count + 1) / 0.5)
+    return english * (1 - DOMAIN_SHARE + DOMAIN_SHARE * max(0.0, spread))
+
+
+def build_index_data(
+    kb: KnowledgeBase, zipf: Zipf | None = None, confidence: Mapping[str, object] | None = None
+) -> dict[str, object]:
+    """Term weights, per-entry term strengths, symptom phrasings and signatures, as JSON-ready data."""
+    normalizer = Normalizer(kb.vocabulary)
+    strengths: dict[str, dict[str, float]] = {}
+    counts_by_entry: dict[str, dict[str, float]] = {}
+    evidence_df: Counter[str] = Counter()
+    phrases: dict[str, list[list[str]]] = {}
+    all_texts: list[str] = []
+    domain: Counter[str] = Counter()  # every term of the knowledge's own text: generic ML prose
+    for entry in kb.entries.values():
+        counts: dict[str, float] = {}
+        seen: set[str] = set()
+        weights = dict(FIELD_WEIGHTS)
+        for field, text in field_texts(entry):
+            all_texts.append(text)
+            tokens = normalizer.tokens(text)
+            domain.update(tokens)
+            for term in pairs(tokens) if field in EVIDENCE_FIELDS else tokens:
+                counts[term] = counts.get(term, 0.0) + weights[field]
+                if field in DF_FIELDS:
+                    seen.add(term)
+        counts[entry.id.lower()] = counts.get(entry.id.lower(), 0.0) + 2.0
+        counts_by_entry[entry.id] = counts
+        evidence_df.update(seen)
+        sets = [sorted(set(normalizer.tokens(s))) for s in (entry.title, *entry.symptoms)]
+        phrases[entry.id] = [s for s in sets if s]
+    # Saturation per entry, relative to the entry's length (as in BM25): a term carries more weight
+    # in a short entry than in one that mentions everything.
+    lengths = {k: sum(c.values()) for k, c in counts_by_entry.items()}
+    average = sum(lengths.values()) / max(len(lengths), 1)
+    for entry_id, counts in counts_by_entry.items():
+        scale = SATURATION * (1 - LENGTH_NORM + LENGTH_NORM * lengths[entry_id] / average)
+        strengths[entry_id] = {t: round(1 - math.exp(-x / scale), 4) for t, x in counts.items()}
+    surfaces = _surfaces(kb, all_texts)
+    lookup = zipf or (lambda _word: DEFAULT_ZIPF)
+    count = max(len(kb.entries), 1)
+    terms = sorted({t for s in strengths.values() for t in s})
+    domain_total = max(sum(domain.values()), 1)
+
+    def background(term: str) -> float:
+        english = max((lookup(w) for w in surfaces.get(term, {term})), default=0.0)
+        if not domain[term]:
+            return english
+        return max(english, math.log10(domain[term] / domain_total * 1e9) - DOMAIN_OFFSET)
+
+    weight = {t: round(term_weight(background(t), evidence_df[t], count), 4) for t in terms if PAIR not in t}
+    for t in terms:
+        if PAIR in t:
+            first, second = t.split(PAIR)
+            weight[t] = round(PAIR_FACTOR * (weight[first] + weight[second]) / 2, 4)
+    return {
+        "format": FORMAT,
+        "weights": weight,
+        "strengths": strengths,
+        "phrases": phrases,
+        "signatures": {e.id: [_signature_data(s) for s in e.signatures] for e in kb.entries.values()},
+        "confidence": dict(confidence) if confidence else None,
+    }
+
+
+def _signature_data(signature: Signature) -> list[object]:
+    """[pattern, weight, echo, anchors, the pattern with its repeats bounded, its reach]: a match
+    contains one of the anchors (lower case; [] = always try), and a long text is searched only in
+    windows of `reach` characters around them (triage.core.safe_regex)."""
+    from triage.core.regex_literals import best_requirement
+    from triage.core.safe_regex import bounded, reach
+
+    safe = bounded(signature.pattern)
+    anchors = list(best_requirement(signature.pattern))
+    return [signature.pattern, signature.weight, signature.echo, anchors, safe, reach(safe)]
+
+
+def compact_index(full: dict[str, object]) -> dict[str, object]:
+    """The form stored in compiled.json: an inverted index of posting strings ("weight;doc:strength
+    doc:strength ...") that `ask` decodes only for the query's own terms, and phrasings as term
+    strings. Parsing every entry's term dictionary instead was the largest part of loading."""
+    weights = full["weights"]
+    strengths = full["strengths"]
+    phrases = full["phrases"]
+    assert isinstance(weights, dict) and isinstance(strengths, dict) and isinstance(phrases, dict)
+    postings: dict[str, list[str]] = {}
+    for position, per_term in enumerate(strengths.values()):
+        for term, value in per_term.items():
+            postings.setdefault(term, []).append(f"{position}:{value!r}")
+    return {
+        "format": FORMAT,
+        "entries": list(strengths),
+        "postings": {t: f"{weights[t]!r};" + " ".join(items) for t, items in sorted(postings.items())},
+        "phrases": {
+            k: [[round(sum(weights[t] for t in p), 4), " ".join(p)] for p in v] for k, v in phrases.items()
+        },
+        "signatures": full["signatures"],
+        "confidence": full["confidence"],
+    }

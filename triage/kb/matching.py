@@ -1,0 +1,64 @@
+"""What compiling the matcher's index needs from outside the knowledge's YAML entries.
+
+- The English background: each word's frequency from the `wordfreq` package, a build-time
+  dependency only (`ask` reads the weights from compiled.json). Without it every word counts as
+  moderately rare, and `triage kb check` reports compiled.json as written differently.
+- The confidence model (knowledge/confidence.yaml, written by bench/fit_confidence.py from the
+  corpus's train split): when `ask` answers and when it says nothing matches well.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from triage.core.errors import UserError
+from triage.core.matcher import Confidence
+from triage.kb.fingerprint import OPTIONAL_FILES
+
+CONFIDENCE_NAME = OPTIONAL_FILES[0]
+
+
+def english_zipf() -> Callable[[str], float] | None:
+    """A word's (or phrase's) Zipf frequency in English, or None when wordfreq is not installed."""
+    try:
+        from wordfreq import zipf_frequency
+    except ImportError:
+        return None
+    cache: dict[str, float] = {}
+
+    def lookup(word: str) -> float:
+        if word not in cache:
+            cache[word] = float(zipf_frequency(word, "en"))
+        return cache[word]
+
+    return lookup
+
+
+def read_confidence(root: str | os.PathLike[str]) -> dict[str, float] | None:
+    """The fitted confidence model, or None when the knowledge has none (the defaults apply)."""
+    import yaml
+
+    path = os.path.join(os.fspath(root), CONFIDENCE_NAME)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise UserError(f"{path}: cannot be read as YAML ({type(exc).__name__})") from None
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, dict) or set(model) != set(Confidence._fields):
+        fields = ", ".join(Confidence._fields)
+        raise UserError(
+            f"{path}: needs a `model:` mapping with exactly {fields} (rerun bench/fit_confidence.py)"
+        )
+    values: dict[str, float] = {}
+    for key in Confidence._fields:
+        value = model[key]
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            raise UserError(f"{path}: model.{key} must be a number, not {value!r}")
+        values[key] = float(value)
+    if not 0 < values["threshold"] < 1:
+        raise UserError(f"{path}: model.threshold must lie between 0 and 1")
+    return values
