@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import MINIMAL_KB, REPO
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="FIFOs and /dev/zero")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="FIFOs and /dev/zero")]
 
 BOUND_S = 25.0  # a case's limit, generous for a loaded 2-core machine (a FIFO alone waits 3 s)
 
