@@ -44,7 +44,7 @@ system-deps:
 	    && echo "== make test: chromium installed."; }
 
 test: system-deps lint kb
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # The quick tier while developing: no torch processes, no browser, no Textual app (marker `slow`),
 # spread over the machine's cores.

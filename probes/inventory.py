@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
 import shutil
 import threading
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ SETTING_PREFIXES = ("NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "GLOO_", "FI_", "UCX
 SETTING_NAMES = ("OMP_NUM_THREADS", "LOGLEVEL")
 RANK_NAMES = (*RANK_VARIABLES, *SLURM_VARIABLES, *MPI_VARIABLES, "CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE")
 SYS_NET = Path("/sys/class/net")
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def split_environment(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -82,7 +84,9 @@ def topology(timeout_s: float, cancel: threading.Event) -> tuple[str, str]:
     done = run_command([smi, "topo", "-m"], timeout_s=timeout_s, cancel=cancel)
     if not done.ok:
         return "", f"GPU topology: `nvidia-smi topo -m` {done.describe()}"
-    return redact_text(done.stdout.rstrip()), ""
+    # nvidia-smi underlines the matrix's header with terminal escapes even into a pipe (seen on an
+    # H100 with driver 580): they would show as garbage in a pasted report.
+    return redact_text(_ESCAPES.sub("", done.stdout).rstrip()), ""
 
 
 def collect(timeout_s: float, cancel: threading.Event, env: Mapping[str, str] | None = None) -> Inventory:

@@ -111,7 +111,7 @@ def test_installed_wheel_answers_from_any_directory(wheel: Path, tmp_path: Path)
 
 
 # `triage` as a command: at the start, after a pipe, inside $( ), or as `python -m triage`.
-_TRIAGE_CALL = re.compile(r"(?:^|\|\s*|\$\(|-m\s+)triage\b([^|<>;)]*)")
+_TRIAGE_CALL = re.compile(r"(?:^|\|\s*|\$\(|-m\s+)triage(?=\s|$|\))([^|<>;)]*)")
 
 
 def _readme_commands() -> list[str]:

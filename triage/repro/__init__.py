@@ -208,6 +208,10 @@ SCENARIOS: tuple[Scenario, ...] = (
         "rank0_alone_in_barrier.py",
         expect="MN3",
         first_rank=1,  # the waiting rank times out; rank 0 is still working when torchrun stops it
+        skip={
+            "debug-detail": "under DETAIL the barrier becomes torch's monitored barrier, which reports rank 0 as"
+            " the faulty rank that never arrived: a missing collective (D21) and a slow rank read the same there"
+        },
     ),
     Scenario(
         "D15",

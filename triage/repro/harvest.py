@@ -34,7 +34,7 @@ def runs(wanted: set[str] | None = None) -> Iterator[tuple[Scenario, Setting]]:
 
 
 def folder(scenario: Scenario, setting: Setting) -> str:
-    """The folder name of one scenario run in one setting."""
+    """The archive folder of one run: `D20--tee`."""
     return f"{scenario.id}{SEPARATOR}{setting.name}"
 
 
@@ -55,7 +55,7 @@ def read_archive(path: Path) -> dict[str, list[tuple[str, str]]]:
 
 
 def main(argv: list[str]) -> int:
-    """Harvest real output of the reproductions into a folder (see the module's docstring)."""
+    """Harvest the runs named (all when none) into the archive given first; returns the exit status."""
     if not argv:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2

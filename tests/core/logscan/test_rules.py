@@ -199,3 +199,87 @@ def test_no_signature_falls_back_to_the_query_engine(kb: KnowledgeBase) -> None:
     assert expected.verdict == "match" and expected.best is not None
     assert verdict.found and verdict.by_query_engine
     assert verdict.diagnoses[0].entry_id == expected.best.entry.id
+
+
+# Short excerpts of real pasted output (public threads, quoted as posted).
+
+
+def test_two_ranks_on_one_gpu_from_nccls_comm_lines(kb: KnowledgeBase) -> None:
+    """pytorch/examples#1279: both ranks report the same busId on the same host."""
+    text = (
+        "d-9-11-1:2870757:2870757 [0] NCCL INFO comm 0x560c6a8aafd0 rank 0 nranks 2 cudaDev 0 busId 86000 - Abort COMPLETE\n"
+        "d-9-11-1:2870756:2870756 [0] NCCL INFO comm 0x55592676f080 rank 1 nranks 2 cudaDev 0 busId 86000 - Abort COMPLETE\n"
+    )
+    scanner, verdict = scan(kb, ("x.log", text))
+    assert scanner.scan.gpus == {("d-9-11-1", "86000"): {0, 1}}
+    assert verdict.diagnoses[0].entry_id == "D3"
+    assert "busId 86000" in verdict.diagnoses[0].reason
+
+
+def test_spawn_names_the_process_whose_traceback_follows(kb: KnowledgeBase) -> None:
+    """accelerate#182: mp.spawn prints `-- Process 1 terminated with the following error:`."""
+    text = (
+        "-- Process 1 terminated with the following error:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/envs/cups/lib/python3.7/site-packages/torch/multiprocessing/spawn.py", line 59, in _wrap\n'
+        "    fn(i, *args)\n"
+        "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing,"
+        " you must use the 'spawn' start method\n"
+    )
+    _, verdict = scan(kb, ("x.log", text))
+    assert verdict.first is not None and "Cannot re-initialize CUDA" in verdict.first.text
+    assert verdict.first_rank == 1
+
+
+def test_an_error_line_leads_a_warning_line_of_the_same_failure(kb: KnowledgeBase) -> None:
+    """vllm#7074: rank 9 warns (W) that gloo fell back to loopback, rank 8 fails (E): rank 8's
+    error is the first failure, though the warning came first."""
+    text = (
+        "(RayWorkerWrapper pid=1978, ip=10.41.0.8) [rank9]:[W ProcessGroupGloo.cpp:721] **Warning: Unable to "
+        "resolve hostname to a (local) address. Using the loopback address as fallback. Manually set the network "
+        "interface to bind to with** GLOO_SOCKET_IFNAME. (function operator())\n"
+        "(RayWorkerWrapper pid=1890, ip=10.41.0.8) [rank8]:[E ProcessGroupGloo.cpp:144] Gloo connectFullMesh "
+        "failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error\n"
+    )
+    scanner, verdict = scan(kb, ("x.log", text))
+    assert any(e.role == "warning" and e.rank == 9 for e in scanner.scan.events)
+    assert verdict.first_rank == 8
+
+
+def test_two_processes_announcing_one_rank_is_a_single_node_launch_repeated(kb: KnowledgeBase) -> None:
+    """NeMo on two SLURM nodes (srun --label): each node numbers its processes from 1 again."""
+    text = (
+        "0: Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/8\n"
+        "0: Initializing distributed: GLOBAL_RANK: 3, MEMBER: 4/8\n"
+        "1: Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/8\n"
+        "1: Initializing distributed: GLOBAL_RANK: 3, MEMBER: 4/8\n"
+    )
+    _, verdict = scan(kb, ("x.log", text))
+    assert verdict.diagnoses[0].entry_id == "D2"
+
+
+def test_every_rank_printing_the_same_progress_lines(kb: KnowledgeBase) -> None:
+    """A Lightning job whose every process prints the progress bar (each line once per rank)."""
+    text = (
+        "Epoch 0: : 2it [00:47, 23.73s/it, loss=0.178, v_num=11, train_loss=0.178]\n"
+        "Epoch 0: : 2it [00:47, 23.73s/it, loss=0.178, v_num=11, train_loss=0.178]\n"
+        "Epoch 0: : 3it [00:54, 18.23s/it, loss=0.161, v_num=11, train_loss=0.145]\n"
+        "Epoch 0: : 3it [00:54, 18.23s/it, loss=0.161, v_num=11, train_loss=0.145]\n"
+    )
+    _, verdict = scan(kb, ("x.log", text))
+    assert verdict.diagnoses[0].entry_id == "D23"
+    # the same lines from two ranks of a crash are not this signal
+    _, crash = scan(kb, read("repro-D8.log"))
+    assert crash.diagnoses[0].entry_id == "D8"
+
+
+def test_a_faulthandler_dump_names_the_collective(kb: KnowledgeBase) -> None:
+    """torchtitan#168: the dump printed at the timeout shows rank 0's main thread in scatter."""
+    text = (
+        "[rank0]:Thread 0x00007f13c65f5400 (most recent call first):\n"
+        '[rank0]:  File "/envs/llm/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3230 in scatter\n'
+        '[rank0]:  File "/work/train.py", line 88 in save\n'
+    )
+    scanner, _ = scan(kb, ("x.log", text))
+    scanner.scan.ranks.finish()
+    assert scanner.scan.ranks.waits[0].collective == "scatter"

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
+from triage.core import launchers
 from triage.core.errors import UserError
 
 Scope = ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
@@ -33,7 +34,10 @@ _FRAMEWORK_ROOTS = {
     "horovod": "horovod",
 }
 SPAWNERS = frozenset({"spawn", "start_processes"})
-_RANK_ENV = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID"})
+# Reading any launcher's rank or world-size variable means the script runs under a launcher.
+_RANK_ENV = frozenset(
+    {*launchers.RANK, *launchers.LOCAL_RANK, *launchers.WORLD_SIZE, *launchers.LOCAL_WORLD_SIZE}
+)
 
 
 class SourceError(UserError):

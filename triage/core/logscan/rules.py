@@ -36,6 +36,7 @@ DESYNC_TOOLKIT = "D19"  # how to name the rank and collective (the desync debug 
 MISSING_TRACEBACK = "P4"  # a rank exited with an error and printed nothing
 RESTART = "MN5"  # torchrun restarted the worker group
 SHARED_GPU = "D3"  # two ranks of one host on one GPU
+SAME_RANK_TWICE = "D2"  # two processes announce the same global rank: separate groups per node
 EVERY_RANK_PRINTS = "D23"  # the same lines printed once per rank
 
 DIVERGED_SCORE = 0.85
@@ -43,10 +44,18 @@ MISMATCH_SCORE = 1.1
 TOOLKIT_SCORE = 0.8
 MISSING_SCORE = 0.8
 SHARED_GPU_SCORE = 1.0
+RANK_TWICE_SCORE = 0.8
 DUPLICATES_SCORE = 0.55  # a finding only when nothing else is: duplicated output is not a crash
 MIN_DUPLICATED = 2  # distinct lines printed more than once before the output counts as duplicated
+# Lines every rank prints by design (tracebacks, NCCL's and torch's own logs, separators): their
+# repetition says nothing about the user's program.
 _NOT_OUTPUT = re.compile(
-    r"^\s*(File \"|Traceback|\^+$|~+$|-+$|=+$|\*+$|\[?\w+ \d+:|\w*(Error|Exception|Warning)\b)"
+    r"^\s*(File \"|Traceback|\^+$|~+$|-+$|=+$|\*+$|\[?[IWEF]\d{4} |NCCL |\w*(Error|Exception|Warning)\b)"
+)
+# A process announcing which rank it is: the same announcement twice means two processes both
+# believe they are that rank (a single-node launch repeated on every node).
+_RANK_ANNOUNCEMENT = re.compile(
+    r"GLOBAL_RANK:?\s*\d+|MEMBER:\s*\d+/\d+|\bglobal rank\s*:?\s*\d+", re.IGNORECASE
 )
 SPECIFIC_WEIGHT = 0.9  # a signature this specific keeps its meaning even after a timeout
 # Launcher lines: torchrun reporting and tearing down, not a surviving worker's own output.
@@ -236,6 +245,17 @@ def _duplicated_output(scan: Scan) -> list[Inferred]:
             if len(body) >= 20 and not _NOT_OUTPUT.match(body):
                 counts[body] += 1
     repeated = [line for line, n in counts.items() if n > 1]
+    announced = [line for line in repeated if _RANK_ANNOUNCEMENT.search(line)]
+    if announced:
+        return [
+            Inferred(
+                SAME_RANK_TWICE,
+                RANK_TWICE_SCORE,
+                (),
+                f"two processes announce the same rank ({announced[0][:80]!r}): each node formed a group of its own",
+                True,
+            )
+        ]
     if len(repeated) < MIN_DUPLICATED or sum(counts[line] for line in repeated) * 2 < sum(counts.values()):
         return []
     return [

@@ -138,7 +138,9 @@ class Structure:
         if what is not None:
             thrown = self._terminate.pop((source, rank), "")
             if not matched:
-                self.emit(source, number, Found("terminate", rank, what["msg"].strip() or short, note=thrown))
+                message = what["msg"].strip() or short
+                text = f"{thrown}: {message}" if thrown else message  # the C++ type says what kind of error
+                self.emit(source, number, Found("terminate", rank, text, note=thrown))
             return
         if _ABORT.search(body):
             self.emit(source, number, Found("abort", rank, short))

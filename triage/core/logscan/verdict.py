@@ -220,13 +220,17 @@ def _score(
         context = max((e.weight * CONTEXT_FACTOR for e in hits if is_context(e)), default=0.0)
         if not causes:
             best = min(context, THRESHOLD - 0.01)  # context alone never makes a finding
-        places = {(e.rank, e.line, e.source) for e in causes}
-        spread = min(SPREAD_CAP, SPREAD_BONUS * max(0, len(places) - 1))
+        # more ranks showing it, or more lines when the log names no ranks
+        ranked = {e.rank for e in causes if e.rank is not None}
+        places = len(ranked) if ranked else len({(e.source, e.line) for e in causes})
+        spread = min(SPREAD_CAP, SPREAD_BONUS * max(0, places - 1))
         explains_first = first is not None and any(
             e.source == first.source and e.line == first.line for e in causes
         )
         bonus = FIRST_BONUS if explains_first else 0.0
-        if weak_first:
+        if first is not None and first.echo:
+            bonus = 0.0  # the first echo is only the first rank to give up waiting
+        elif weak_first:
             bonus /= 2
         score = best + spread + bonus + (0.05 if causes and context else 0.0)
         all_echo = bool(causes) and all(e.echo for e in causes)
