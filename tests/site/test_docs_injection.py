@@ -33,7 +33,7 @@ symptoms:
 signatures:
   - pattern: '<script>'
     note: "note {PAYLOAD}"
-    examples: ['<script>alert(1)</script>']
+    examples: ["<script>"]
 root_cause: |
   Root cause {PAYLOAD} and <iframe src="https://example.com"></iframe>
 
