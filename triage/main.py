@@ -233,10 +233,10 @@ def _main(argv: list[str]) -> int:
         return Exit.USAGE
     except KeyboardInterrupt:
         print("triage: interrupted", file=sys.stderr)
-        return Exit.INTERRUPTED
+        return _exit_after_signal(Exit.INTERRUPTED)
     except Terminated as exc:
         print(f"triage: terminated (signal {exc.signum})", file=sys.stderr)
-        return 128 + exc.signum
+        return _exit_after_signal(128 + exc.signum)
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): not an error worth a traceback.
         sys.stderr.close()
@@ -249,6 +249,22 @@ def _main(argv: list[str]) -> int:
         return Exit.USAGE
     except Exception as exc:
         return _internal(exc, debug)
+
+
+def _exit_after_signal(code: int) -> int:
+    """After Ctrl-C or SIGTERM, with probe threads still running: end every child, then leave at
+    once. A normal exit waits for the interpreter's lock, which a thread loading torch's libraries
+    holds for as long as the loading takes (seconds, on a loaded machine)."""
+    threading = sys.modules.get("threading")
+    if threading is None or threading.active_count() <= 1:
+        return code
+    children = sys.modules.get("triage.core.children")
+    if children is not None:
+        children.kill_all()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _internal(exc: Exception, debug: bool) -> int:
