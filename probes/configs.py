@@ -23,6 +23,7 @@ NAME = "configs"
 KEY_FACTS = ("configs.accelerate_config", "configs.ds_config", "configs.ds_double_set")
 
 MAX_BYTES = 1 << 20
+MAX_NESTING = 64  # levels of [ and { a config may nest: real ones nest three or four
 # Keys of an Accelerate config's deepspeed_config section that a DeepSpeed JSON overrides
 # (Accelerate refuses them alongside deepspeed_config_file), with the JSON key each maps to.
 OVERRIDDEN = {
@@ -83,6 +84,8 @@ def _yaml_without_aliases(text: str, parse: bool = True) -> Any:
     (a text YAML cannot tokenize passes it)."""
     import yaml
 
+    if _nesting(text) > MAX_NESTING:
+        raise ConfigError(f"is nested more than {MAX_NESTING} levels deep")
     try:
         for token in yaml.scan(text, Loader=yaml.SafeLoader):
             if isinstance(token, yaml.AliasToken):
@@ -92,6 +95,19 @@ def _yaml_without_aliases(text: str, parse: bool = True) -> Any:
             raise
         return None
     return yaml.safe_load(text) if parse else None
+
+
+def _nesting(text: str) -> int:
+    """How deep `[` and `{` nest (quotes ignored: an estimate that errs on the deep side). PyYAML
+    takes time quadratic in this depth before it gives up."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    return deepest
 
 
 def check_option(flag: str, value: str | None, kind: str) -> None:

@@ -7,6 +7,7 @@ import argparse
 
 from probes.configs import check_option
 from probes.lint import script_path
+from triage.core.errors import UserError
 from triage.core.facts import MAX_TIMEOUT_S, ProbeOptions, check_timeout
 
 
@@ -52,6 +53,7 @@ def probe_options(args: argparse.Namespace) -> ProbeOptions:
     timeout = check_timeout(flag, args.probe_timeout)
     check_option("--accelerate-config", args.accelerate_config, "Accelerate")
     check_option("--deepspeed-config", args.deepspeed_config, "DeepSpeed")
+    _check_dist_fault()
     return ProbeOptions(
         timeout_s=timeout,
         accelerate_config=args.accelerate_config,
@@ -59,3 +61,16 @@ def probe_options(args: argparse.Namespace) -> ProbeOptions:
         peer_host=args.peer_host,
         script=script_path(args.script) if getattr(args, "script", None) else None,
     )
+
+
+def _check_dist_fault() -> None:
+    """$TRIAGE_DIST_FAULT, read by the mini-test's ranks: a value they cannot parse is a one-line
+    error now, not a failed rank later."""
+    import os
+
+    from probes.dist.protocol import FAULT_ENV, parse_faults
+
+    try:
+        parse_faults(os.environ.get(FAULT_ENV, ""))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None

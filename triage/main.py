@@ -19,7 +19,7 @@ from triage.core.exitcodes import Exit
 
 TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
 if TYPE_CHECKING:
-    from typing import TextIO
+    from typing import NoReturn, TextIO
 
 if TYPE_CHECKING:
     import argparse
@@ -106,7 +106,15 @@ def build_parser(modules: dict[str, ModuleType]) -> argparse.ArgumentParser:
     import argparse
 
     formatter, raw_epilog_formatter = _formatters()
-    parser = argparse.ArgumentParser(
+
+    class Parser(argparse.ArgumentParser):
+        """argparse, with a bad command line as one line (exit 2) like every other bad input,
+        rather than the usage block and the error on separate lines."""
+
+        def error(self, message: str) -> NoReturn:
+            raise UserError(f"{message} (`{self.prog} --help` lists the options)")
+
+    parser = Parser(
         prog="triage",
         formatter_class=raw_epilog_formatter,
         description=(
@@ -275,10 +283,10 @@ def _main(argv: list[str]) -> int:
         return Exit.USAGE
     except KeyboardInterrupt:
         print("triage: interrupted", file=sys.stderr)
-        return Exit.INTERRUPTED
+        return _exit_after_signal(Exit.INTERRUPTED)
     except _terminated() as exc:
         print(f"triage: terminated (signal {exc.signum})", file=sys.stderr)
-        return 128 + exc.signum
+        return _exit_after_signal(128 + exc.signum)
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): not an error worth a traceback.
         sys.stderr.close()
@@ -298,6 +306,24 @@ def _terminated() -> type[Terminated]:
     from triage.core.termination import Terminated
 
     return Terminated
+
+
+def _exit_after_signal(code: int) -> int:
+    """After Ctrl-C or SIGTERM, with probe threads still running: end every child, then leave at
+    once. A normal exit waits for the interpreter's lock, which a thread loading torch's libraries
+    holds for as long as the loading takes (seconds, on a loaded machine)."""
+    threading = sys.modules.get("threading")
+    if threading is None or threading.active_count() <= 1:
+        return code
+    children = sys.modules.get("triage.core.children")
+    if children is not None:
+        children.kill_all()
+    import contextlib
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _internal(exc: Exception, debug: bool) -> int:

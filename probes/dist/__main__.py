@@ -94,5 +94,19 @@ def main(argv: list[str] | None = None) -> int:
     return Exit.WARN if found.get("dist.cross_rank_mismatch") else Exit.OK
 
 
+def _run() -> int:
+    """main(), with Ctrl-C and SIGTERM ending it in one line once every rank it started is gone."""
+    from triage.core.termination import Terminated
+
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print("probes.dist: interrupted", file=sys.stderr)
+        return 130
+    except Terminated as exc:
+        print(f"probes.dist: terminated (signal {exc.signum})", file=sys.stderr)
+        return 128 + exc.signum
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_run())

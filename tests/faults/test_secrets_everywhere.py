@@ -20,6 +20,8 @@ from tests.probes.helpers import run_triage, triage_env
 from tests.secrets_corpus import LOOKALIKES, SHAPES, Shape
 from triage.main import main
 
+pytestmark = pytest.mark.slow  # every channel for real: ~80 commands, a port holder, the probes
+
 SECRETS = [secret for shape in SHAPES for secret in shape.secrets]
 ONE_LINE = [shape._replace(text=" ".join(shape.text.split())) for shape in SHAPES]
 # Look-alikes that leave a RuntimeError line a RuntimeError (an NCCL INFO line is read as one).

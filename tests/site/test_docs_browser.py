@@ -174,3 +174,23 @@ def test_an_entry_page_leads_with_the_verification_note_and_the_fix(
                 note = tab.page.locator("aside.callout.verify").bounding_box()
                 assert note is not None and note["y"] < fix["y"], entry.id
         assert tab.problems == []
+
+
+def test_search_stays_quick_on_a_pasted_megabyte(
+    real_site: Path, real_kb: KnowledgeBase, open_tab: OpenTab
+) -> None:
+    """A pasted megabyte built to make regexes backtrack (`rank1 rank1 ... exhausted`), and a long
+    run of one letter: the search answers within a second or two, as `triage ask` does, with the
+    same ranking (bounded repeats, windows around each signature's literal, capped fuzzy tokens)."""
+    queries = ["rank1 " * 160_000 + "exhausted", "a" * 200_000 + "!", "NCCL WARN " + "a" * 45]
+    tab = open_tab()
+    tab.goto(real_site / "index.html")
+    tab.page.evaluate("new Promise(done => window.triageSearch.load(done))")
+    timed = tab.page.evaluate(
+        "qs => qs.map(q => { const t = performance.now(); const r = window.triageSearch.rank(q).slice(0, 3);"
+        " return [performance.now() - t, r.map(h => h.e.id)]; })",
+        queries,
+    )
+    for query, (ms, ids) in zip(queries, timed, strict=True):
+        assert ms < 3000, f"{ms:.0f} ms for a {len(query)}-character query"
+        assert ids == [h.entry.id for h in rank(real_kb, query, top=3).hits]

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from triage.core.errors import UserError
+from triage.core.errors import UserError, shown
 from triage.core.exitcodes import Exit
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ DESCRIPTION = (
 )
 
 DEFAULT_MAX_LINE = 64 << 20
+ENGINES = ("auto", "grep", "python")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,16 +41,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-line-bytes",
         type=int,
-        default=int(os.environ.get("TRIAGE_LOG_MAX_LINE_BYTES", DEFAULT_MAX_LINE)),
+        default=None,
         metavar="N",
-        help="refuse input with a line longer than this (default 64 MiB; not a text log)",
+        help="refuse input with a line longer than this (default 64 MiB, or $TRIAGE_LOG_MAX_LINE_BYTES;"
+        " not a text log)",
     )
     parser.add_argument(
         "--engine",
-        choices=["auto", "grep", "python"],
-        default=os.environ.get("TRIAGE_LOG_ENGINE", "auto"),
-        help="how candidate lines are found (default auto: grep when available)",
+        choices=ENGINES,
+        default=None,
+        help="how candidate lines are found (default auto: grep when available; or $TRIAGE_LOG_ENGINE)",
     )
+
+
+def settings_from_environment(args: argparse.Namespace) -> None:
+    """--max-line-bytes and --engine default to $TRIAGE_LOG_MAX_LINE_BYTES and $TRIAGE_LOG_ENGINE,
+    which are checked as the options are: a bad value is a one-line error, never a traceback."""
+    if args.max_line_bytes is None:
+        raw = os.environ.get("TRIAGE_LOG_MAX_LINE_BYTES", "").strip()
+        if raw and not raw.isdigit():
+            raise UserError(f"TRIAGE_LOG_MAX_LINE_BYTES must be a number of bytes, not {shown(raw)}")
+        args.max_line_bytes = int(raw) if raw else DEFAULT_MAX_LINE
+    if args.engine is None:
+        args.engine = os.environ.get("TRIAGE_LOG_ENGINE", "").strip() or "auto"
+        if args.engine not in ENGINES:
+            raise UserError(
+                f"TRIAGE_LOG_ENGINE must be one of {', '.join(ENGINES)}, not {shown(args.engine)}"
+            )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         raise UserError("--top must be at least 1")
+    settings_from_environment(args)
     if args.max_line_bytes < 1024:
         raise UserError("--max-line-bytes must be at least 1024")
     kb = load_kb()

@@ -27,7 +27,7 @@ from typing import IO
 
 from triage.core import children
 from triage.core.errors import UserError, shown
-from triage.core.logscan.scanner import Scanner
+from triage.core.logscan.scanner import Scanner, shape_key
 
 BLOCK_BYTES = 4 << 20
 HEAD_BYTES = 64 << 10  # binary sniffing looks at the start of a file, as grep does
@@ -347,9 +347,13 @@ def _collect(
             if digits == 0:
                 continue  # the `--` between groups of lines
             number = int(raw[:digits])
-            text = raw[digits + 1 :].decode("utf-8", "replace").rstrip("\r\n")
-            if raw[digits : digits + 1] == b":" or scanner.wants_line(source, number):
-                scanner.feed_candidate(source, number, text)
+            line = raw[digits + 1 :].rstrip(b"\r\n")
+            if raw[digits : digits + 1] == b":":
+                key = shape_key(line)
+                if not scanner.repeated(source, key):
+                    scanner.feed_candidate(source, number, line.decode("utf-8", "replace"), key)
+            elif scanner.wants_line(source, number):
+                scanner.feed_candidate(source, number, line.decode("utf-8", "replace"))
         finished = True
     finally:
         if not finished or failure:
