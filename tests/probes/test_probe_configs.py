@@ -146,6 +146,7 @@ def test_cli_rejects_a_missing_config_path(tmp_path: Path) -> None:
         env=triage_env(),
     )
     assert result.returncode == 2
-    assert (
-        result.stderr == f"triage: error: --deepspeed-config: no such file: {str(tmp_path / 'nope.json')!r}\n"
-    )
+    # However long the temporary folder's path, the line names the option and ends in the file's name.
+    assert result.stderr.startswith("triage: error: --deepspeed-config: no such file: '/")
+    assert result.stderr.endswith("nope.json'\n")
+    assert result.stderr.count("\n") == 1

@@ -9,7 +9,11 @@ class UserError(Exception):
 
 
 def shown(text: object, limit: int = MAX_SHOWN) -> str:
-    """`text` quoted for a one-line message: repr'd, on one line, at most about `limit` characters."""
+    """`text` quoted for a one-line message: repr'd, on one line, at most about `limit` characters.
+    A long value loses its middle, so a path keeps both its start and its file name."""
     flat = " ".join(str(text).splitlines()) if not isinstance(text, str) else text.replace("\n", " ")
     flat = flat.replace("\r", " ")
-    return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
+    if len(flat) <= limit:
+        return repr(flat)
+    tail = (limit - 3) // 3
+    return repr(flat[: limit - 3 - tail] + "..." + flat[len(flat) - tail :])

@@ -2,6 +2,8 @@
 
     python -m triage.repro.harvest OUT.tar.gz [SCENARIO ...]
 
+Naming scenarios re-runs only those; the other runs already in OUT.tar.gz are kept.
+
 The archive holds `<scenario>--<setting>/console.log` (the launcher's console) and, for `--log-dir`
 runs, the per-rank files torchrun wrote (`attempt_0/1/stderr.log`). The tests diagnose every run
 in it (tests/repro/test_repro_outputs.py), so a change to the log engine is checked against real
@@ -56,25 +58,45 @@ def read_archive(path: Path) -> dict[str, list[tuple[str, str]]]:
 
 def main(argv: list[str]) -> int:
     """Harvest the runs named (all when none) into the archive given first; returns the exit status."""
-    if not argv:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip(), file=sys.stderr if not argv else sys.stdout)
+        return 2 if not argv else 0
+    if argv[0].startswith("-"):
+        print(f"harvest: unknown option {argv[0]} (the first argument is the archive to write)", file=sys.stderr)
         return 2
     from triage.repro.runner import run
 
     out = Path(argv[0])
     wanted = set(argv[1:]) or None
-    with tarfile.open(out, "w:gz") as archive:
+    unknown = (wanted or set()) - {scenario.id for scenario in SCENARIOS}
+    if unknown:
+        print(f"harvest: no such scenario: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    kept = read_archive(out) if wanted and out.exists() else {}
+    redone = {folder(scenario, setting) for scenario, setting in runs(wanted)}
+    partial = out.with_name(out.name + ".partial")
+    with tarfile.open(partial, "w:gz") as archive:
+        for top, files in sorted(kept.items()):
+            if top in redone:
+                continue
+            for name, text in files:
+                _add(archive, f"{top}/{name}", text)
         for scenario, setting in runs(wanted):
             started = time.monotonic()
             result = run(scenario, setting=setting)
             for name, text in result.sources():
-                data = text.encode("utf-8")
-                info = tarfile.TarInfo(f"{folder(scenario, setting)}/{name}")
-                info.size = len(data)
-                archive.addfile(info, io.BytesIO(data))
+                _add(archive, f"{folder(scenario, setting)}/{name}", text)
             took = time.monotonic() - started
             print(f"{scenario.id:<5} {setting.name:<15} exit {result.returncode}  {took:5.1f} s", flush=True)
+    partial.replace(out)
     return 0
+
+
+def _add(archive: tarfile.TarFile, name: str, text: str) -> None:
+    data = text.encode("utf-8")
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    archive.addfile(info, io.BytesIO(data))
 
 
 if __name__ == "__main__":
