@@ -62,7 +62,9 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip(), file=sys.stderr if not argv else sys.stdout)
         return 2 if not argv else 0
     if argv[0].startswith("-"):
-        print(f"harvest: unknown option {argv[0]} (the first argument is the archive to write)", file=sys.stderr)
+        print(
+            f"harvest: unknown option {argv[0]} (the first argument is the archive to write)", file=sys.stderr
+        )
         return 2
     from triage.repro.runner import run
 
