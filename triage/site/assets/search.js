@@ -228,8 +228,8 @@
     return out;
   }
 
-  function probability(c, score, gap, signature) {
-    var z = c.bias + c.score * score + c.gap * gap + c.signature * signature;
+  function probability(c, score, gap, signature, known) {
+    var z = c.bias + c.score * score + c.gap * gap + c.signature * signature + c.known * Math.log1p(known);
     return 1 / (1 + Math.exp(-Math.max(-40, Math.min(40, z))));
   }
 
@@ -237,6 +237,7 @@
     var x = model, m = x.m, size = x.entries.length;
     text = text.slice(0, m.maxChars);
     var terms = queryTerms(x, text), ordered = Array.from(terms.keys()).sort();
+    var known = ordered.filter(function (t) { return t.indexOf("+") < 0; }).length;
     var explained = new Array(size).fill(0), total = 0, common = new Map();
     ordered.forEach(function (t) {
       var w = terms.get(t), p = x.posting(t);
@@ -270,7 +271,7 @@
     var c = m.confidence, top = scored.length ? scored[0].raw : 0, second = scored.length > 1 ? scored[1].raw : 0;
     scored.forEach(function (r, i) {
       var words = r.raw - m.wSignature * r.signature, gap = r.raw - (i === 0 ? second : top);
-      r.probability = probability(c, words, gap, r.signature);
+      r.probability = probability(c, words, gap, r.signature, known);
       r.score = Math.round(1000 * r.probability) / 1000;
     });
     return scored;
