@@ -51,6 +51,7 @@
           if (!piece) return;
           var parts = isUpper(piece) || isLower(piece) || !isAscii(piece) || ACRONYMS.test(piece)
             ? [piece] : piece.replace(HUMP, " ").split(/\s+/).filter(Boolean);
+          if (parts.some(function (h) { return /^[A-Z][a-z]$/.test(h); })) parts = [piece];
           parts.forEach(function (p) { words.push(fold(p.toLowerCase())); });
         });
         words.forEach(function (w) { out.push(w); });
@@ -85,11 +86,13 @@
 
   function prepare(data) {
     var m = data.model, stop = new Set(data.stopwords), units = new Set(data.units);
+    var suffixes = new Set(data.numberSuffixes);
+    function withUnit(w) { var g = /^(\p{Nd}+)([a-z]+)$/u.exec(w); return g !== null && suffixes.has(g[2]); }
     var stem = stemmer(new Set(data.pluralAcronyms));
     var variants = data.variants;
     function sequence(text) {
       return rawWords(text).map(function (w) {
-        if (stop.has(w) || len(w) < 2 || units.has(w) || isNumber(w)) return [w, false];
+        if (stop.has(w) || len(w) < 2 || units.has(w) || isNumber(w) || withUnit(w)) return [w, false];
         return [stem(w), true];
       });
     }
