@@ -79,3 +79,29 @@ def test_the_split_is_by_thread(split: str) -> None:
         sides.setdefault(corpus.thread_of(item.source), set()).add(item.split)
     assert all(len(s) == 1 for s in sides.values())
     assert any(s == {split} for s in sides.values())
+
+
+def test_a_cross_validation_fold_is_ranked_by_an_index_without_its_own_reports(kb: KnowledgeBase) -> None:
+    """bench/crossval.py: the train figures are honest only if a fold's reports are not in the
+    index that ranks it (the shipped index holds them all)."""
+    corpus, crossval = _corpus(), _bench("crossval")
+    train = [i for kind in corpus.load_all().values() for i in kind if i.split == "train"]
+    held_out = [i for i in train if crossval.fold_of(i) == 0]
+    rest = crossval.reports_of(kb, [i for i in train if crossval.fold_of(i) != 0])
+    fold_kb = crossval.with_reports(kb, rest)
+    normalizer = index_for(fold_kb).normalizer
+    phrases = index_for(fold_kb).data["phrases"]
+    assert isinstance(phrases, dict)
+    indexed = {p for ps in phrases.values() for p in ps}
+    others = {crossval.excerpt(i.text) for i in train if crossval.fold_of(i) != 0}
+    kept = [
+        i
+        for i in held_out
+        if i.kind == "queries" and i.expect[0] in kb.entries and crossval.excerpt(i.text) not in others
+    ]
+    assert kept
+    for item in kept:
+        terms = " ".join(sorted(set(normalizer.tokens(crossval.excerpt(item.text))[:REPORT_TERMS])))
+        assert terms not in indexed or _is_also_a_symptom(kb, terms), item.origin
+    with pytest.raises(AssertionError):
+        crossval.reports_of(kb, [i for kind in corpus.load_all().values() for i in kind if i.split == "test"])
