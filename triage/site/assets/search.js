@@ -195,14 +195,16 @@
   function queryTerms(x, text) {
     var m = x.m, tokens = x.tokens(text), all = pairs(tokens), first = new Map(), terms = new Map();
     all.forEach(function (t, position) { if (!first.has(t)) first.set(t, position < tokens.length ? position : position - tokens.length); });
+    var unknown = 0;
     first.forEach(function (at, term) {
       var lead = at < m.leadTerms ? 1 : Math.pow(m.leadTerms / (at + 1), m.leadDecay);
       var p = x.posting(term);
       if (p) { terms.set(term, Math.max(terms.has(term) ? terms.get(term) : 0, p[0] * lead)); return; }
       var fixed = term.indexOf("+") < 0 ? x.correct(term) : null, fp = fixed ? x.posting(fixed) : null;
       if (fixed && fp) terms.set(fixed, Math.max(terms.has(fixed) ? terms.get(fixed) : 0, fp[0] * m.typoDiscount * lead));
+      else if (term.indexOf("+") < 0) unknown++;
     });
-    return terms;
+    return [terms, unknown];
   }
 
   // The parts of `text` a signature is searched in (triage/core/safe_regex.py windows): all of a
@@ -231,15 +233,17 @@
     return out;
   }
 
-  function probability(c, score, gap, signature, known) {
+  function probability(c, score, gap, signature, known, unknown) {
     var z = c.bias + c.score * score + c.gap * gap + c.signature * signature + c.known * Math.log1p(known);
+    z += c.unknown * unknown / Math.max(known + unknown, 1);
     return 1 / (1 + Math.exp(-Math.max(-40, Math.min(40, z))));
   }
 
   function rank(text) {
     var x = model, m = x.m, size = x.entries.length;
     text = text.slice(0, m.maxChars);
-    var terms = queryTerms(x, text), ordered = Array.from(terms.keys()).sort();
+    var found = queryTerms(x, text), terms = found[0], unknown = found[1];
+    var ordered = Array.from(terms.keys()).sort();
     var known = ordered.filter(function (t) { return t.indexOf("+") < 0; }).length;
     var explained = new Array(size).fill(0), total = 0, common = new Map();
     ordered.forEach(function (t) {
@@ -274,7 +278,7 @@
     var c = m.confidence, top = scored.length ? scored[0].raw : 0, second = scored.length > 1 ? scored[1].raw : 0;
     scored.forEach(function (r, i) {
       var words = r.raw - m.wSignature * r.signature, gap = r.raw - (i === 0 ? second : top);
-      r.probability = probability(c, words, gap, r.signature, known);
+      r.probability = probability(c, words, gap, r.signature, known, unknown);
       r.score = Math.round(1000 * r.probability) / 1000;
     });
     return scored;
