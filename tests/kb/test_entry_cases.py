@@ -14,16 +14,9 @@ from triage.kb.loader import load_kb
 
 KB = load_kb(REPO / "knowledge")
 # Known misses of the current query engine, kept visible rather than rephrased away (issue 10):
-# the engine ranks E19 above D1 for the first, P1 above E13 for the second, and D20 above D19 for
-# the third (since the train reports are in the index: users describe a dead rank's survivors, D20,
-# with the same words, "one rank", "sit there").
+# the engine ranks E19 above D1 for this one.
 KNOWN_MISSES = {
     ("D1", "env:// rendezvous complains RANK is not set"),
-    ("E13", "the worker node cannot resolve the head node's name so the rendezvous never connects"),
-    (
-        "D19",
-        "eight processes just sit there forever with no exception, how do I find the one rank that is out of step",
-    ),
 }
 POSITIVE = [
     pytest.param(e.id, text, marks=pytest.mark.xfail(reason="known miss of the query engine (issue 10)"))
