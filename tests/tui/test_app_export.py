@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from textual.pilot import Pilot
 
 from tests.conftest import CliResult
 from triage.core.inventory import Inventory
@@ -29,6 +30,16 @@ NET_BUSY_WITH_ENV = result(
     "port 29500 is held by pid 4242",
     [("socket.bind(('0.0.0.0', 29500))", f"OSError: [Errno 98] Address already in use\nHF_TOKEN={SECRET}")],
 )
+
+
+async def export(pilot: Pilot[None]) -> tuple[ResultScreen, Path]:
+    """Press `e` on the result screen; the screen and the report it wrote."""
+    screen = pilot.app.screen
+    assert isinstance(screen, ResultScreen)
+    await pilot.press("e")
+    await settle(pilot)
+    assert screen.report_path is not None
+    return screen, screen.report_path
 
 
 async def test_copy_puts_the_fixs_first_command_on_the_clipboard(kb: KnowledgeBase) -> None:
@@ -58,12 +69,8 @@ async def test_export_writes_the_session_report_with_secrets_redacted(
         await settle(pilot)
         await pilot.press("1", "1")
         await settle(pilot)
-        screen = app.screen
-        assert isinstance(screen, ResultScreen) and screen.entry.id == "D4"
-        await pilot.press("e")
-        await settle(pilot)
-        path = screen.report_path
-        assert path is not None and path.parent == tmp_path.resolve()
+        screen, path = await export(pilot)
+        assert screen.entry.id == "D4" and path.parent == tmp_path.resolve()
         assert str(path) in str(screen.query_one("#saved").render())
         text = path.read_text(encoding="utf-8")
         await pilot.press("e")  # a second export in the same second never overwrites the first
@@ -97,12 +104,8 @@ async def test_export_with_probes_off_looks_at_nothing(kb: KnowledgeBase, tmp_pa
         await settle(pilot)
         await pilot.press("1")  # the probe node asks instead: the port is taken
         await settle(pilot)
-        screen = app.screen
-        assert isinstance(screen, ResultScreen)
-        await pilot.press("e")
-        await settle(pilot)
-        assert screen.report_path is not None
-        text = screen.report_path.read_text(encoding="utf-8")
+        _, path = await export(pilot)
+        text = path.read_text(encoding="utf-8")
     unseen = text.split("## What triage could not look at", 1)[1]
     assert "probes switched off (--no-probes)" in unseen
     assert "the machine's inventory (driver, topology, settings): probes are switched off" in unseen
@@ -152,12 +155,8 @@ async def test_export_redacts_the_whole_secrets_corpus(kb: KnowledgeBase, tmp_pa
         await settle(pilot)
         await pilot.press("1", "1")
         await settle(pilot)
-        screen = app.screen
-        assert isinstance(screen, ResultScreen)
-        await pilot.press("e")
-        await settle(pilot)
-        assert screen.report_path is not None
-        text = screen.report_path.read_text(encoding="utf-8")
+        _, path = await export(pilot)
+        text = path.read_text(encoding="utf-8")
     leaked = [secret for shape in SHAPES for secret in shape.secrets if secret in text]
     assert not leaked
     assert all(look in text for look in LOOKALIKES if "`" not in look)
