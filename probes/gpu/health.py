@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from probes import pcie
 from probes.gpu.snapshot import GIB, SPIN_MEMORY_PERCENT, SPIN_SM_PERCENT, ZOMBIE_BYTES, Gpu, Snapshot
 from probes.torch_files import arch_supports
+from triage.core import launchers
 
 HARDWARE_XIDS = {48, 63, 64, 74, 79, 92, 94, 95, 119, 120}
 
@@ -58,10 +59,10 @@ def visible_gpus(count: int, cuda_visible_devices: str | None) -> int:
 
 def requested_local_processes(env: Mapping[str, str]) -> tuple[int, str] | None:
     """How many processes the launcher runs on this machine, and the variable that says so."""
-    for name in ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"):
-        raw = env.get(name, "").split("(", 1)[0].strip()
-        if raw.isdigit():
-            return int(raw), name
+    for name in launchers.LOCAL_WORLD_SIZE:
+        count = launchers.first_int(env, (name,))
+        if count is not None:
+            return count, name
     single_node = env.get("GROUP_WORLD_SIZE", "1").strip() in ("", "1") and env.get(
         "SLURM_NNODES", "1"
     ).strip() in ("", "1")
