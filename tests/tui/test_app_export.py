@@ -97,7 +97,7 @@ async def test_export_writes_the_session_report_with_secrets_redacted(
 
 
 async def test_export_with_probes_off_looks_at_nothing(kb: KnowledgeBase, tmp_path: Path) -> None:
-    app = make_app(kb, NoProbes("probes switched off (--no-probes)"), report_dir=tmp_path)
+    app = make_app(kb, NoProbes("probes switched off (--no-probes)"), report_dir=tmp_path / "reports")
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         await pilot.press("1", "1")
@@ -106,6 +106,7 @@ async def test_export_with_probes_off_looks_at_nothing(kb: KnowledgeBase, tmp_pa
         await settle(pilot)
         _, path = await export(pilot)
         text = path.read_text(encoding="utf-8")
+    assert path.parent == (tmp_path / "reports").resolve()  # the folder --report-dir named, created
     unseen = text.split("## What triage could not look at", 1)[1]
     assert "probes switched off (--no-probes)" in unseen
     assert "the machine's inventory (driver, topology, settings): probes are switched off" in unseen
