@@ -106,6 +106,7 @@ def test_browser_shows_the_markup_as_text_and_runs_none(
     assert tab.problems == []
 
 
+@pytest.mark.slow  # runs a full mkdocs build
 def test_markdown_export_escapes_markup_for_mkdocs(hostile_kb: Path, tmp_path: Path) -> None:
     project = tmp_path / "project"
     out = project / "docs" / "kb"
