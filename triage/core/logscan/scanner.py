@@ -49,6 +49,7 @@ SIGTERM_EXIT = -15
 SUBSTANTIVE_WEIGHT = 0.5  # a weaker non-echo signature is a hint: it does not explain a line
 _FRAME_LINE = re.compile(r'^\s*(File "[^"]*", line \d+|frame #\d+:|#\d+ 0x[0-9a-f]+ in )')
 _LAST_ERROR = b"last error:"
+_MESSAGE_BELOW = (b"error:", b"exception:")  # with nothing after them: the message is on the next line
 # torch's C++ INFO lines (TORCH_CPP_LOG_LEVEL=INFO): `[I1122 20:26:58.941547227 file.cpp:710]`;
 # torchrun's own Python INFO lines (`I1122 20:38:52.899000 24270 ...api.py:942]`) report decisions
 # such as a restart, and stay.
@@ -179,8 +180,11 @@ class Scanner:
                     end = lowered.find(b"\n", position)
                     if end == -1:
                         break
-                    if needle == _LAST_ERROR and end + 1 < len(block):
-                        starts.add(end + 1)  # the line that names the cause
+                    if end + 1 < len(block) and (
+                        needle == _LAST_ERROR
+                        or (needle in _MESSAGE_BELOW and not lowered[position + len(needle) : end].strip())
+                    ):
+                        starts.add(end + 1)  # the line that names the cause, or the message
                     position = lowered.find(needle, end + 1)
         counted_to, number = 0, first_line
         for start in sorted(starts):
