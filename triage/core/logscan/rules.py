@@ -50,13 +50,16 @@ MIN_DUPLICATED = 2  # distinct lines printed more than once before the output co
 # Lines every rank prints by design (tracebacks, NCCL's and torch's own logs, separators): their
 # repetition says nothing about the user's program.
 _NOT_OUTPUT = re.compile(
-    r"^\s*(File \"|Traceback|\^+$|~+$|-+$|=+$|\*+$|\[?[IWEF]\d{4} |NCCL |\w*(Error|Exception|Warning)\b)"
+    r"^\s*(File \"|Traceback|\^+$|~+$|-+$|=+$|\*+$|\[?[IWEF]\d{4} |NCCL |\w*(Error|Exception|Warning)\b"
+    r"|(time|host|rank|exitcode|error_file|traceback)\s+: )"  # torchrun's summary, one block per failed rank
 )
 # A process announcing which rank it is: the same announcement twice means two processes both
 # believe they are that rank (a single-node launch repeated on every node).
 _RANK_ANNOUNCEMENT = re.compile(
     r"GLOBAL_RANK:?\s*\d+|MEMBER:\s*\d+/\d+|\bglobal rank\s*:?\s*\d+", re.IGNORECASE
 )
+# c10d's warning that a name does not resolve; the target is `host, port` as printed.
+_UNRESOLVED = re.compile(r"network addresses of \((?P<target>[^()]{1,200})\) cannot be retrieved \(gai error")
 SPECIFIC_WEIGHT = 0.9  # a signature this specific keeps its meaning even after a timeout
 # Launcher lines: torchrun reporting and tearing down, not a surviving worker's own output.
 _LAUNCHER = re.compile(
@@ -103,6 +106,7 @@ def is_context(event: Event) -> bool:
 
 def consequences(events: list[Event]) -> list[Event]:
     """The events (in time order) with the echoes and context the rules above find."""
+    events = unresolved_targets(events)
     named_cause = {
         e.rank
         for e in events
@@ -124,6 +128,34 @@ def consequences(events: list[Event]) -> list[Event]:
             failed.add(rank)
         result.append(event)
     return result
+
+
+def unresolved_targets(events: list[Event]) -> list[Event]:
+    """c10d's warning that a `(host, port)` cannot be resolved, then a failure to connect to that
+    same `(host, port)`: the name is the cause and the connect failure only its consequence (torch
+    2.13 prints the warning only when the name does not resolve at all)."""
+    warned: set[str] = set()  # `(host, port)` as the warnings print it, in time order
+    confirmed: set[str] = set()
+    result = []
+    for event in events:
+        found = _UNRESOLVED.search(event.text) if event.kind == "hit" else None
+        if found is not None:
+            warned.add(f"({found['target']})")
+        else:
+            target = next((t for t in warned if t in event.text), None)
+            if target is not None and event.real and event.kind != "exit":
+                confirmed.add(target)
+                event = _as_echo(event)
+        result.append(event)
+    if not confirmed:
+        return events
+    promoted = []
+    for event in result:
+        found = _UNRESOLVED.search(event.text) if event.kind == "hit" else None
+        if found is not None and f"({found['target']})" in confirmed:
+            event = dataclasses.replace(event, role="", weight=max(event.weight, SPECIFIC_WEIGHT))
+        promoted.append(event)
+    return promoted
 
 
 def _follows_a_wait(event: Event) -> bool:
@@ -240,9 +272,16 @@ def _duplicated_output(scan: Scan) -> list[Inferred]:
 
     counts: Counter[str] = Counter()
     for head in scan.heads:
+        under_frame: set[int | None] = set()  # ranks whose previous line was a traceback frame
         for line in head.splitlines():
-            body = split_prefix(line).body.strip()
-            if len(body) >= 20 and not _NOT_OUTPUT.match(body):
+            split = split_prefix(line)
+            body = split.body.strip()
+            # the source line a traceback prints under each frame: every rank's traceback has it
+            quoted = split.rank in under_frame
+            under_frame.discard(split.rank)
+            if body.startswith('File "'):
+                under_frame.add(split.rank)
+            if len(body) >= 20 and not quoted and not _NOT_OUTPUT.match(body):
                 counts[body] += 1
     repeated = [line for line, n in counts.items() if n > 1]
     announced = [line for line in repeated if _RANK_ANNOUNCEMENT.search(line)]

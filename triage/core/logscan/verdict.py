@@ -186,6 +186,11 @@ def _with_rank(first: Event | None, events: list[Event], scan: Scan) -> Event | 
         same_entry = first.kind == "hit" and event.kind == "hit" and event.entry_id == first.entry_id
         if same_entry or (len(message) >= 12 and message in event.text):
             return _replace_rank(first, event.rank)
+    # A C++ abort prints no rank prefix (it bypasses Python's excepthook); the launcher says which
+    # worker died of its own failure (SIGABRT, a segfault, an exit status) rather than its SIGTERM.
+    died = {e.rank for e in events if e.kind == "exit" and e.real and e.rank is not None}
+    if len(died) == 1 and first.kind in ("terminate", "abort", "hit"):
+        return _replace_rank(first, died.pop())
     return first
 
 
