@@ -39,6 +39,10 @@ _COLLECTOR_TIME = re.compile(
     r"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4} ?)"
 )
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# A paste's indentation and quote marks (`> ` in a reply, `>> ` nested); `>>>` is a prompt, kept.
+_PASTE_INDENT = re.compile(r"^(?:\s*>(?!>>)\s?)*\s*")
+
 # Rank named inside the message, most specific first; only used when no prefix names it.
 _BODY_RANK = re.compile(
     r"\[Rank (?P<a>\d+)\]|\bRank (?P<b>\d+)\]|\[rank(?P<c>\d+)\]|\blocal_rank: (?P<d>\d+)"
@@ -59,10 +63,11 @@ class Split:
 
 
 def split_prefix(line: str) -> Split:
-    """Peel every launcher prefix off the front of `line`."""
+    """Peel every launcher prefix off the front of `line` (after the paste's own noise: colour
+    codes, the indentation and `> ` quote marks a forum or an issue adds)."""
     rank: int | None = None
     host: str | None = None
-    body = line
+    body = clean(line)
     for depth in range(5):  # nested prefixes are at most a few deep
         match = _BRACKET.match(body) or _MPI.match(body)
         if match is None and rank is None:
@@ -85,6 +90,13 @@ def split_prefix(line: str) -> Split:
         host = host or nccl.group("host")
         body = body[nccl.end() :]
     return Split(rank, host, body)
+
+
+def clean(line: str) -> str:
+    """`line` without ANSI colour codes and without the indentation or `>` quote marks in front."""
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    return _PASTE_INDENT.sub("", line, count=1)
 
 
 def rank_in_message(body: str) -> int | None:

@@ -315,7 +315,12 @@ def _missing_traceback(scan: Scan, first: Event) -> Inferred | None:
         return None
     if first.exit_code is None or first.exit_code <= 0:
         return None
-    if any(block.rank is None for block in scan.ranks.blocks if block.source == first.source):
+    # (torchrun's own traceback, all in its library, is not a worker's)
+    if any(
+        block.rank is None and block.user_frame is not None
+        for block in scan.ranks.blocks
+        if block.source == first.source
+    ):
         return None
     return Inferred(
         MISSING_TRACEBACK,

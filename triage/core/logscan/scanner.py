@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from triage.core.logscan.blocks import RankReader
 from triage.core.logscan.patterns import STRUCTURAL_ANCHORS, SignatureSet
-from triage.core.logscan.prefixes import rank_from_path, rank_in_message, split_prefix
+from triage.core.logscan.prefixes import clean, rank_from_path, rank_in_message, split_prefix
 from triage.core.logscan.structure import UMBRELLA, Found, Structure
 from triage.core.logscan.timestamps import timestamp
 from triage.core.redact import redact_text
@@ -218,6 +218,8 @@ class Scanner:
             key = shape_key(line.encode("utf-8", "replace"))
             if self.repeated(source, key):
                 return
+        if "\x1b" in line:
+            line = clean(line)  # colour codes would split the words a signature looks for
         split = split_prefix(line)
         body = split.body
         rank = split.rank
