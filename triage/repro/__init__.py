@@ -224,6 +224,32 @@ SCENARIOS: tuple[Scenario, ...] = (
         },
     ),
     Scenario(
+        "P6",
+        "rank 1 segfaults in native code mid-training, with no Python traceback",
+        "train_segfault.py",
+        expect="P6",
+        first_rank=1,
+    ),
+    Scenario(
+        "D19-SIZE",
+        "the ranks all-reduce tensors of different sizes (gloo aborts on the mismatch)",
+        "collective_sizes.py",
+        expect="D19",
+        first_rank=0,  # the rank that receives more bytes than it expects aborts; the other is reset
+        skip={
+            "debug-detail": "under DETAIL every rank names the mismatch at once: that run is the D19 scenario's"
+        },
+    ),
+    Scenario(
+        "E13",
+        "MASTER_ADDR names a head node that does not resolve on this node",
+        "unresolvable_master.py",
+        expect="E13",
+        first_rank=None,
+        launch="python",
+        bound_s=40,
+    ),
+    Scenario(
         "E12",
         "gradient accumulation with no_sync() on every micro-step: replicas compared after the step",
         "accumulation_never_syncs.py",

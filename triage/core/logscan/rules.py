@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 
 from triage.core.logscan.blocks import WaitPoint, mismatch
-from triage.core.logscan.scanner import SUBSTANTIVE_WEIGHT, Event, Scan
+from triage.core.logscan.scanner import SIGTERM_EXIT, SUBSTANTIVE_WEIGHT, Event, Scan
 
 DIVERGED = "D20"  # one rank failed with its own error and the others waited for it
 MISMATCH = "D21"  # ranks wait in collectives that will never pair up
@@ -60,6 +60,8 @@ _RANK_ANNOUNCEMENT = re.compile(
 )
 # c10d's warning that a name does not resolve; the target is `host, port` as printed.
 _UNRESOLVED = re.compile(r"network addresses of \((?P<target>[^()]{1,200})\) cannot be retrieved \(gai error")
+# torch's monitored barrier naming the ranks that never arrived.
+_NAMES_ABSENT = re.compile(r"\bRanks? (?P<ranks>\d+(?:, ?\d+){0,64}) failed to pass monitoredBarrier")
 SPECIFIC_WEIGHT = 0.9  # a signature this specific keeps its meaning even after a timeout
 # Launcher lines: torchrun reporting and tearing down, not a surviving worker's own output.
 _LAUNCHER = re.compile(
@@ -106,7 +108,7 @@ def is_context(event: Event) -> bool:
 
 def consequences(events: list[Event]) -> list[Event]:
     """The events (in time order) with the echoes and context the rules above find."""
-    events = unresolved_targets(events)
+    events = blamed_the_dead(unresolved_targets(events))
     named_cause = {
         e.rank
         for e in events
@@ -156,6 +158,29 @@ def unresolved_targets(events: list[Event]) -> list[Event]:
             event = dataclasses.replace(event, role="", weight=max(event.weight, SPECIFIC_WEIGHT))
         promoted.append(event)
     return promoted
+
+
+def blamed_the_dead(events: list[Event]) -> list[Event]:
+    """A rank that another rank's error names as the one that never arrived (`Ranks 1 failed to
+    pass monitoredBarrier`), when the launcher reports that rank killed by a signal of its own (a
+    segfault, SIGKILL, SIGABRT; not the SIGTERM it sends itself): that error is a wait for the
+    dead rank, whatever the timestamps say (the launcher notices a death only at its next poll)."""
+    dead = {
+        e.rank
+        for e in events
+        if e.kind == "exit" and e.rank is not None and signalled(e.exit_code) and e.exit_code != SIGTERM_EXIT
+    }
+    if not dead:
+        return events
+    result = []
+    for event in events:
+        named = _NAMES_ABSENT.search(event.text) if event.kind != "exit" else None
+        if named is not None and event.rank not in dead:
+            ranks = {int(r) for r in re.findall(r"\d+", named["ranks"])}
+            if ranks & dead:
+                event = _as_echo(event)
+        result.append(event)
+    return result
 
 
 def _follows_a_wait(event: Event) -> bool:
