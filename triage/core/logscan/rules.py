@@ -36,28 +36,12 @@ DESYNC_TOOLKIT = "D19"  # how to name the rank and collective (the desync debug 
 MISSING_TRACEBACK = "P4"  # a rank exited with an error and printed nothing
 RESTART = "MN5"  # torchrun restarted the worker group
 SHARED_GPU = "D3"  # two ranks of one host on one GPU
-SAME_RANK_TWICE = "D2"  # two processes announce the same global rank: separate groups per node
-EVERY_RANK_PRINTS = "D23"  # the same lines printed once per rank
 
 DIVERGED_SCORE = 0.85
 MISMATCH_SCORE = 1.1
 TOOLKIT_SCORE = 0.8
 MISSING_SCORE = 0.8
 SHARED_GPU_SCORE = 1.0
-RANK_TWICE_SCORE = 0.8
-DUPLICATES_SCORE = 0.55  # a finding only when nothing else is: duplicated output is not a crash
-MIN_DUPLICATED = 2  # distinct lines printed more than once before the output counts as duplicated
-# Lines every rank prints by design (tracebacks, NCCL's and torch's own logs, separators): their
-# repetition says nothing about the user's program.
-_NOT_OUTPUT = re.compile(
-    r"^\s*(File \"|Traceback|\^+$|~+$|-+$|=+$|\*+$|\[?[IWEF]\d{4} |NCCL |\w*(Error|Exception|Warning)\b"
-    r"|(time|host|rank|exitcode|error_file|traceback)\s+: )"  # torchrun's summary, one block per failed rank
-)
-# A process announcing which rank it is: the same announcement twice means two processes both
-# believe they are that rank (a single-node launch repeated on every node).
-_RANK_ANNOUNCEMENT = re.compile(
-    r"GLOBAL_RANK:?\s*\d+|MEMBER:\s*\d+/\d+|\bglobal rank\s*:?\s*\d+", re.IGNORECASE
-)
 # c10d's warning that a name does not resolve; the target is `host, port` as printed.
 _UNRESOLVED = re.compile(r"network addresses of \((?P<target>[^()]{1,200})\) cannot be retrieved \(gai error")
 # torch's monitored barrier naming the ranks that never arrived.
@@ -221,7 +205,9 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
     if pair is not None:
         found.extend(_mismatch(pair, events, first))
     found.extend(_shared_gpu(scan))
-    found.extend(_duplicated_output(scan))
+    from triage.core.logscan.heads import from_heads  # heads.py builds on Inferred, defined here
+
+    found.extend(from_heads(scan.heads))
     if first is None:
         return found
     restart = [e for e in events if e.kind == "hit" and e.entry_id == RESTART and not e.echo]
@@ -286,51 +272,6 @@ def _shared_gpu(scan: Scan) -> list[Inferred]:
                 )
             ]
     return []
-
-
-def _duplicated_output(scan: Scan) -> list[Inferred]:
-    """Every rank printing the same progress lines: the start of the log shows lines (without
-    their rank prefix) repeated, as one copy per rank prints them."""
-    from collections import Counter
-
-    from triage.core.logscan.prefixes import split_prefix
-
-    counts: Counter[str] = Counter()
-    for head in scan.heads:
-        under_frame: set[int | None] = set()  # ranks whose previous line was a traceback frame
-        for line in head.splitlines():
-            split = split_prefix(line)
-            body = split.body.strip()
-            # the source line a traceback prints under each frame: every rank's traceback has it
-            quoted = split.rank in under_frame
-            under_frame.discard(split.rank)
-            if body.startswith('File "'):
-                under_frame.add(split.rank)
-            if len(body) >= 20 and not quoted and not _NOT_OUTPUT.match(body):
-                counts[body] += 1
-    repeated = [line for line, n in counts.items() if n > 1]
-    announced = [line for line in repeated if _RANK_ANNOUNCEMENT.search(line)]
-    if announced:
-        return [
-            Inferred(
-                SAME_RANK_TWICE,
-                RANK_TWICE_SCORE,
-                (),
-                f"two processes announce the same rank ({announced[0][:80]!r}): each node formed a group of its own",
-                True,
-            )
-        ]
-    if len(repeated) < MIN_DUPLICATED or sum(counts[line] for line in repeated) * 2 < sum(counts.values()):
-        return []
-    return [
-        Inferred(
-            EVERY_RANK_PRINTS,
-            DUPLICATES_SCORE,
-            (),
-            f"{len(repeated)} lines are printed more than once, as when every rank prints them: {repeated[0][:80]!r}",
-            False,
-        )
-    ]
 
 
 def _missing_traceback(scan: Scan, first: Event) -> Inferred | None:
