@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 
 from triage.core.logscan.blocks import WaitPoint, mismatch
-from triage.core.logscan.scanner import SIGTERM_EXIT, SUBSTANTIVE_WEIGHT, Event, Scan
+from triage.core.logscan.scanner import SUBSTANTIVE_WEIGHT, Event, Scan
 
 DIVERGED = "D20"  # one rank failed with its own error and the others waited for it
 MISMATCH = "D21"  # ranks wait in collectives that will never pair up
@@ -40,12 +40,18 @@ SHARED_GPU = "D3"  # two ranks of one host on one GPU
 DIVERGED_SCORE = 0.85
 MISMATCH_SCORE = 1.1
 TOOLKIT_SCORE = 0.8
-MISSING_SCORE = 0.8
+# Above DIVERGED_SCORE: a rank that died without a word is read by getting its traceback first.
+MISSING_SCORE = 0.9
+PEER_LEFT = "D9"  # a rank lost its peer mid-collective, and the peer ended well: it ran out of batches
+PEER_LEFT_SCORE = 1.1  # over the monitored barrier's own signature, which it explains
 SHARED_GPU_SCORE = 1.0
 # c10d's warning that a name does not resolve; the target is `host, port` as printed.
 _UNRESOLVED = re.compile(r"network addresses of \((?P<target>[^()]{1,200})\) cannot be retrieved \(gai error")
 # torch's monitored barrier naming the ranks that never arrived.
 _NAMES_ABSENT = re.compile(r"\bRanks? (?P<ranks>\d+(?:, ?\d+){0,64}) failed to pass monitoredBarrier")
+SIGABRT_EXIT = -6
+# A collective that ended because the other end of the connection went away.
+_PEER_GONE = re.compile(r"Connection (closed|reset) by peer|remote process exited", re.IGNORECASE)
 SPECIFIC_WEIGHT = 0.9  # a signature this specific keeps its meaning even after a timeout
 # Launcher lines: torchrun reporting and tearing down, not a surviving worker's own output.
 _LAUNCHER = re.compile(
@@ -90,9 +96,10 @@ def is_context(event: Event) -> bool:
     return event.kind == "hit" and event.role in ("frame", "umbrella", "info")
 
 
-def consequences(events: list[Event]) -> list[Event]:
-    """The events (in time order) with the echoes and context the rules above find."""
-    events = blamed_the_dead(unresolved_targets(events))
+def consequences(events: list[Event], root_cause_alone: int | None = None) -> list[Event]:
+    """The events (in time order) with the echoes and context the rules above find.
+    `root_cause_alone`: the rank torchrun's summary names as the only worker that failed."""
+    events = blamed_the_dead(unresolved_targets(events), root_cause_alone)
     named_cause = {
         e.rank
         for e in events
@@ -144,24 +151,33 @@ def unresolved_targets(events: list[Event]) -> list[Event]:
     return promoted
 
 
-def blamed_the_dead(events: list[Event]) -> list[Event]:
+def blamed_the_dead(events: list[Event], root_cause_alone: int | None = None) -> list[Event]:
     """A rank that another rank's error names as the one that never arrived (`Ranks 1 failed to
-    pass monitoredBarrier`), when the launcher reports that rank killed by a signal of its own (a
-    segfault, SIGKILL, SIGABRT; not the SIGTERM it sends itself): that error is a wait for the
-    dead rank, whatever the timestamps say (the launcher notices a death only at its next poll)."""
+    pass monitoredBarrier`) is only waited for when that rank was gone: the launcher reports it
+    killed by a signal of its own (a segfault, SIGKILL, SIGABRT; not the SIGTERM it sends itself)
+    or exiting with an error status it printed nothing about, whatever the timestamps say (the
+    launcher notices a death only at its next poll), or it ended
+    well while the naming rank was torchrun's only failure (`root_cause_alone`): it had left."""
+    spoke = {
+        e.rank for e in events if e.real and e.kind != "exit" and not is_launcher(e) and not is_context(e)
+    }
     dead = {
         e.rank
         for e in events
-        if e.kind == "exit" and e.rank is not None and signalled(e.exit_code) and e.exit_code != SIGTERM_EXIT
+        if e.kind == "exit"
+        and e.rank is not None
+        and e.real
+        and (signalled(e.exit_code) or e.rank not in spoke)
     }
-    if not dead:
+    if not dead and root_cause_alone is None:
         return events
     result = []
     for event in events:
         named = _NAMES_ABSENT.search(event.text) if event.kind != "exit" else None
         if named is not None and event.rank not in dead:
             ranks = {int(r) for r in re.findall(r"\d+", named["ranks"])}
-            if ranks & dead:
+            left = root_cause_alone is not None and event.rank == root_cause_alone
+            if ranks & dead or (left and root_cause_alone not in ranks):
                 event = _as_echo(event)
         result.append(event)
     return result
@@ -222,6 +238,9 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
             )
         )
         return found
+    left = _peer_left(events, first, scan)
+    if left is not None:
+        found.append(left)
     if first.real:
         echoes = survivor_echoes(events, first)
         if echoes:
@@ -235,7 +254,7 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
                     True,
                 )
             )
-    missing = _missing_traceback(scan, first)
+    missing = _missing_traceback(scan, first) or _bare_abort(events, first)
     if missing is not None:
         found.append(missing)
     return found
@@ -272,6 +291,50 @@ def _shared_gpu(scan: Scan) -> list[Inferred]:
                 )
             ]
     return []
+
+
+def _peer_left(events: list[Event], first: Event, scan: Scan) -> Inferred | None:
+    """The only failure is one rank's wait that ended with its peer gone (`Connection closed by
+    peer`), and torchrun saw every other worker end well: the peer finished its loop and left
+    while this rank still had batches to run."""
+    if not (first.echo and first.rank is not None and scan.no_other_failures):
+        return None
+    if not (_PEER_GONE.search(first.text) or _NAMES_ABSENT.search(first.text)):
+        return None  # a timeout: the peer may still be computing (MN3), not gone
+    if any(e.rank != first.rank and (e.real or e.echo) for e in events if e.rank is not None):
+        return None
+    return Inferred(
+        PEER_LEFT,
+        PEER_LEFT_SCORE,
+        (first,),
+        f"rank {first.rank} lost its peer inside a collective while no other rank failed:"
+        " the other ranks finished their loop (fewer batches) and left",
+        True,
+    )
+
+
+def _bare_abort(events: list[Event], first: Event) -> Inferred | None:
+    """A rank that died of SIGABRT whose only words are `terminate called without an active
+    exception` (a process torn down with its process group alive, as after sys.exit; the line has
+    no rank prefix of its own): nothing says why it stopped."""
+    if first.rank is None:
+        return None
+    aborted = any(e.kind == "exit" and e.rank == first.rank and e.exit_code == SIGABRT_EXIT for e in events)
+    bare = any(e.kind == "abort" and e.rank in (first.rank, None) for e in events)
+    if not (aborted and bare):
+        return None
+    if any(
+        e.rank == first.rank and e.real and e.kind not in ("exit", "abort") and not is_launcher(e)
+        for e in events
+    ):
+        return None
+    return Inferred(
+        MISSING_TRACEBACK,
+        MISSING_SCORE,
+        (first,),
+        f"rank {first.rank} aborted with no exception and printed no error of its own: why it stopped is not here",
+        True,
+    )
 
 
 def _missing_traceback(scan: Scan, first: Event) -> Inferred | None:

@@ -28,6 +28,7 @@ _SUMMARY_RANK = re.compile(r"^\s*rank\s*: (?P<rank>\d+) \(local_rank: \d+\)")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (?P<code>-?\d+)")
 SUMMARY_LINES = 3  # the exitcode, error_file and traceback lines under a summary block's `rank :`
 _SUMMARY_ROOT = re.compile(r"Root Cause \(first observed failure\)", re.IGNORECASE)
+_NO_OTHER_FAILURES = "<NO_OTHER_FAILURES>"  # torchrun's summary: the root cause is the only failure
 _LEGACY_EXIT = re.compile(
     r"CalledProcessError: Command '.*--local_rank=(?P<rank>\d+).*' "
     r"(?:died with <Signals\.SIG\w+: (?P<signal>\d+)>|returned non-zero exit status (?P<code>\d+))"
@@ -74,6 +75,7 @@ class Structure:
         self.emit = emit
         self.reader = RankReader()
         self.root_cause_rank: int | None = None
+        self.no_other_failures = False  # torchrun's summary saw one worker fail, the others end well
         self._summary_rank: dict[int, tuple[int, int]] = {}  # source -> (worker rank, its `rank :` line)
         self._summary_exited: set[int] = set()  # sources whose current summary block gave its exit
         self._summary_root: dict[int, bool] = {}
@@ -189,6 +191,9 @@ class Structure:
 
     def _torchrun(self, source: int, number: int, rank: int | None, body: str, short: str) -> bool:
         """torchrun's (and the legacy launcher's) reports of a worker's exit."""
+        if _NO_OTHER_FAILURES in body:
+            self.no_other_failures = True
+            return True
         if _SUMMARY_ROOT.search(body):
             self._summary_root[source] = True
             return True

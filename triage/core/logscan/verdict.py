@@ -122,7 +122,7 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
     """The verdict for one scan."""
     scan.ranks.finish()
     ordered, ordered_by = order_events(scan)
-    events = consequences(ordered)
+    events = consequences(ordered, scan.root_cause_rank if scan.no_other_failures else None)
     own_lines: set[int | None] = {e.rank for e in events if not is_launcher(e) and e.rank is not None}
     real = [e for e in events if substantive(e, own_lines)] or [e for e in events if warning(e)]
     echoes = [e for e in events if e.echo]
