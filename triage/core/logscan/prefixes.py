@@ -41,6 +41,7 @@ _COLLECTOR_TIME = re.compile(
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # A paste's indentation and quote marks (`> ` in a reply, `>> ` nested); `>>>` is a prompt, kept.
+_INDENT_STARTS = frozenset(" \t>")
 _PASTE_INDENT = re.compile(r"^(?:\s*>(?!>>)\s?)*\s*")
 
 # Rank named inside the message, most specific first; only used when no prefix names it.
@@ -96,7 +97,9 @@ def clean(line: str) -> str:
     """`line` without ANSI colour codes and without the indentation or `>` quote marks in front."""
     if "\x1b" in line:
         line = _ANSI.sub("", line)
-    return _PASTE_INDENT.sub("", line, count=1)
+    if line[:1] in _INDENT_STARTS:  # most lines start with their prefix: no regex for them
+        return _PASTE_INDENT.sub("", line, count=1)
+    return line
 
 
 def rank_in_message(body: str) -> int | None:
