@@ -1,4 +1,4 @@
-"""What a paste adds to real output (colour codes, indentation, `> ` quote marks) and what it
+"""What a paste adds to real output (colour codes, indentation, `> ` quote marks, a pdsh host) and what it
 loses (everything but torchrun's summary) must not change the diagnosis or the first rank.
 
 The output is the harvested real run of reproductions (torch 2.13, CPU/gloo).
@@ -35,6 +35,7 @@ NOISE: dict[str, Callable[[str], str]] = {
     "colour": lambda line: f"\x1b[31m{line}\x1b[0m",
     "indented": lambda line: f"    {line}",
     "quoted": lambda line: f"> {line}",
+    "pdsh": lambda line: f"worker-1: {line}",  # DeepSpeed's multi-node runner names the host
 }
 
 
@@ -54,6 +55,10 @@ def test_noise_is_peeled_before_the_rank_prefix() -> None:
         split = split_prefix(line)
         assert (split.rank, split.body) == (3, "RuntimeError: boom")
     assert split_prefix(">>> import torch").body == ">>> import torch"
+    pdsh = split_prefix("ip-10-0-0-1: [rank8]: Traceback (most recent call last):")
+    assert (pdsh.host, pdsh.rank, pdsh.body) == ("ip-10-0-0-1", 8, "Traceback (most recent call last):")
+    for not_a_host in ("torch.distributed.DistNetworkError: timed out", "ValueError: bad rank"):
+        assert split_prefix(not_a_host).body == not_a_host
 
 
 def test_only_the_launcher_summary_means_the_traceback_is_missing(kb: KnowledgeBase) -> None:

@@ -7,6 +7,7 @@ Launchers tag each line with the rank that printed it, each in its own way:
 - torch's own excepthook once the process group exists: `[rank3]: Traceback ...`;
 - srun `--label`: `3: ` (padded with spaces on wide jobs);
 - Open MPI `--tag-output`: `[1,3]<stderr>:`;
+- pdsh (DeepSpeed's multi-node runner) and clush: the host, `worker-1: ` (no rank of its own);
 - Ray actors (vLLM, verl): `(RayWorkerWrapper pid=1890, ip=10.41.0.8) `; vLLM's own workers:
   `(VllmWorkerProcess pid=13359) ` (these name a process, not a rank: peeled, no rank);
 - NCCL's own lines: `host:pid:tid [3] ` where the bracket is the CUDA device, the local rank.
@@ -31,6 +32,9 @@ _BRACKET = re.compile(
 )
 _MPI = re.compile(r"\[\d+,(?P<rank>\d{1,6})\]<std(?:out|err)>: ?")
 _SRUN = re.compile(r" {0,6}(?P<rank>\d{1,6}): ")
+# pdsh (DeepSpeed's multi-node runner, clush) puts the host in front: `worker-1: ...`. A host
+# name is lower case with a digit or a hyphen, which a Python exception or module path is not.
+_PDSH = re.compile(r"(?P<host>(?=[a-z0-9.-]*[0-9-])[a-z][a-z0-9.-]{0,62}[a-z0-9]): ")
 _PROCESS = re.compile(r"\((?:[A-Za-z_][\w.]*) pid=\d+(?:, ip=[\w.:-]+)?\) ")
 _NCCL = re.compile(r"(?P<host>[\w.-]+):\d+:\d+ \[(?P<rank>\d{1,4})\] ")
 _COLLECTOR_TIME = re.compile(
@@ -75,6 +79,9 @@ def split_prefix(line: str) -> Split:
             match = _SRUN.match(body)
         if match is None:
             peeled = (_COLLECTOR_TIME.match(body) if depth == 0 else None) or _PROCESS.match(body)
+            if peeled is None and host is None and rank is None:
+                peeled = _PDSH.match(body)
+                host = peeled["host"] if peeled is not None else None
             if peeled is None:
                 break
             body = body[peeled.end() :]
