@@ -9,7 +9,10 @@ an engineer reading eight ranks' output would:
   once the exception has been printed);
 - NCCL's error classes (`ncclSystemError: unhandled system error`) are umbrellas: when the
   `Last error:` line or an NCCL WARN on that rank names the cause, the umbrella is only context;
-- a traceback frame that a signature matches says where a rank was, never why it failed.
+- a traceback frame that a signature matches says where a rank was, never why it failed;
+- a failure to connect to a `(host, port)` c10d said it cannot resolve follows from the name;
+- a rank's error naming another as absent (the monitored barrier) only waited, when that other
+  rank died of a signal, exited without a word, or ended well (it had left).
 
 And the patterns no single line shows, each a diagnosis of its own (see `inferred`):
 
@@ -17,7 +20,9 @@ And the patterns no single line shows, each a diagnosis of its own (see `inferre
   the user's code: a collective only some ranks call (D21, with D19's toolkit);
 - one rank failed with its own error and another rank's output echoes it: one rank diverged (D20);
 - a rank exited non-zero and printed nothing of its own: its traceback is missing (P4);
-- torchrun restarting the worker group after a worker died: one event, the restart (MN5).
+- torchrun restarting the worker group after a worker died: one event, the restart (MN5);
+- a rank that lost its peer while torchrun saw every other worker end well: the others ran out
+  of batches (D9).
 """
 
 from __future__ import annotations
@@ -156,8 +161,8 @@ def blamed_the_dead(events: list[Event], root_cause_alone: int | None = None) ->
     pass monitoredBarrier`) is only waited for when that rank was gone: the launcher reports it
     killed by a signal of its own (a segfault, SIGKILL, SIGABRT; not the SIGTERM it sends itself)
     or exiting with an error status it printed nothing about, whatever the timestamps say (the
-    launcher notices a death only at its next poll), or it ended
-    well while the naming rank was torchrun's only failure (`root_cause_alone`): it had left."""
+    launcher notices a death only at its next poll); or it ended well while the naming rank was
+    torchrun's only failure (`root_cause_alone`): it had left."""
     spoke = {
         e.rank for e in events if e.real and e.kind != "exit" and not is_launcher(e) and not is_context(e)
     }
