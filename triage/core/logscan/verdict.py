@@ -40,11 +40,9 @@ CORROBORATION = 0.15
 THRESHOLD = 0.4  # below it a diagnosis is only "closest", not a finding
 MAX_EVIDENCE = 6
 FALLBACK_CHARS = 6000  # text handed to the query engine when no signature fires
-# The query engine's calibrated score reads as "how often an answer this strong is right". The
-# fallback reads the ranks' own error lines, not a vague description, so it answers from this
-# score rather than from the engine's own (higher) bar for descriptions, once the log shows that
-# it comes from the stack triage knows (DOMAIN).
-FALLBACK_MIN_SCORE = 0.6
+# The query engine's calibrated score reads as "how often an answer this strong is right": the
+# fallback answers where the engine itself would (its fitted threshold), and only once the log
+# shows that it comes from the stack triage knows (DOMAIN).
 # Words that say a log comes from distributed PyTorch (or its launchers and libraries). A paste
 # with none of them (a Java server's bind error, a Flask traceback, npm) gets no diagnosis from
 # words alone, however many words it shares with an entry ("port", "address already in use").
@@ -333,7 +331,7 @@ def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeB
         return
     match = matcher.rank(kb, text, top=3)
     in_domain = DOMAIN.search(text) is not None or any(DOMAIN.search(head) for head in scan.heads)
-    if not in_domain or match.best is None or match.best.score < FALLBACK_MIN_SCORE:
+    if not in_domain or match.best is None or match.verdict == "no_match":
         verdict.closest = _closest(verdict, [(hit.entry.id, hit.score) for hit in match.hits])
         return
     evidence = tuple(e for e in events if e.kind in OWN_ERROR_KINDS)[:MAX_EVIDENCE]
