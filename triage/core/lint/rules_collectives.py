@@ -297,16 +297,36 @@ def _candidates(ctx: Context) -> Iterator[_Candidate]:
                 yield _Candidate(found, gate, call.node, via)
 
 
+def _arm(ctx: Context, node: ast.AST, line: int) -> tuple[int, str] | None:
+    """Which arm (body or else) of the gating `if` at `line` holds `node`, and that `if`."""
+    child = node
+    for parent in ctx.script.ancestors(node):
+        if isinstance(parent, ast.If) and parent.lineno == line:
+            return id(parent), "body" if child in parent.body else "else"
+        child = parent
+    return None
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     """Every finding of this module's rules on one script."""
     candidates = list(_candidates(ctx))
     # Rank 0 and the other ranks each reaching the same collective in one function is the
     # "others wait, rank 0 works, rank 0 releases" pattern: every rank calls it once.
+    # So is `if rank == dst: gather(..., out) else: gather(..., None)`: both arms of one `if`.
     sides: dict[tuple[int, str], set[str]] = {}
+    arms: dict[tuple[int, str], set[tuple[int, str]]] = {}
     for c in candidates:
-        sides.setdefault((id(ctx.script.scope_of(c.at)), c.comm.name), set()).add(c.gate.side)
+        key = (id(ctx.script.scope_of(c.at)), c.comm.name)
+        sides.setdefault(key, set()).add(c.gate.side)
+        arm = _arm(ctx, c.at, c.gate.line)
+        if arm is not None:
+            arms.setdefault(key, set()).add(arm)
     for c in candidates:
-        if {"zero", "nonzero"} <= sides[(id(ctx.script.scope_of(c.at)), c.comm.name)]:
+        key = (id(ctx.script.scope_of(c.at)), c.comm.name)
+        if {"zero", "nonzero"} <= sides[key]:
+            continue
+        arm = _arm(ctx, c.at, c.gate.line)
+        if arm is not None and {(arm[0], "body"), (arm[0], "else")} <= arms[key]:
             continue
         rule = TRG021 if c.comm.certain else TRG036
         tail = (
