@@ -128,3 +128,18 @@ def test_no_collective_anywhere_is_not_called_a_distributed_hang() -> None:
 
 def test_source_that_does_not_parse_gives_an_empty_context() -> None:
     assert line_context("def (:", 1).function == ""
+
+
+def test_a_rank_stuck_writing_a_checkpoint_is_named_as_saving() -> None:
+    save = (
+        Frame("write", "/usr/lib/python3.11/site-packages/torch/serialization.py", 1200),
+        Frame("save", "/venv/lib/python3.11/site-packages/torch/serialization.py", 967),
+        Frame("main", SCRIPT, 10),
+    )
+    state = classify(_sample(0, *save))
+    assert state.kind == "saving" and state.detail == "torch.save"
+    assert state.describe() == "writing a checkpoint (torch.save) at /job/train.py:10"
+    picture = analyse([_sample(0, *save), _sample(1, *_collective("barrier", 14))])
+    assert picture.suspect_ranks == (0,)
+    assert picture.verdict == "rank 0 is stuck writing a checkpoint while the others wait in a collective"
+    assert picture.diagnoses[0].entry == "MN3"

@@ -37,13 +37,22 @@ COLLECTIVES = frozenset(
 INIT_CALLS = frozenset(
     {"init_process_group", "new_group", "_new_group_with_tag", "rendezvous", "_store_based_barrier"}
 )
+# Where a rank that writes a checkpoint is, by file: outside any collective, a rank stuck here holds
+# the others up in theirs (a full disk, a hung network filesystem, a huge state dict).
+_SAVERS = {
+    "torch/serialization.py": "torch.save",
+    "torch/distributed/checkpoint/": "torch.distributed.checkpoint",
+    "safetensors/": "safetensors",
+    "transformers/modeling_utils.py": "save_pretrained",
+}
 _LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "<frozen", "/lib/python3")
 
 
 @dataclass(frozen=True)
 class RankState:
-    """A rank's state: `kind` is collective | init | data | waiting | computing | outside | exited |
-    unknown (`outside`: outside any collective, known only from its Flight Recorder)."""
+    """A rank's state: `kind` is collective | init | data | saving | waiting | computing | outside |
+    exited | unknown (`outside`: outside any collective, known only from its Flight Recorder;
+    `saving`: writing a checkpoint)."""
 
     rank: int | None
     pid: int
@@ -67,6 +76,7 @@ class RankState:
             return f"waiting in {self.collective}(){via}{where}"
         return {
             "data": f"loading data{where}",
+            "saving": f"writing a checkpoint ({self.detail}){where}",
             "waiting": f"waiting outside any collective (sleep, I/O or a lock){where}",
             "computing": f"computing outside any collective{where}",
             "outside": f"in no collective by its Flight Recorder ({self.detail})",
@@ -115,4 +125,7 @@ def classify(sample: RankSample) -> RankState:
             )
     if any("torch/utils/data/" in f.file for f in frames):
         return replace(base, kind="data")
+    saving = next((_SAVERS[m] for f in frames for m in _SAVERS if m in f.file), None)
+    if saving is not None:
+        return replace(base, kind="saving", detail=saving)
     return replace(base, kind="computing" if sample.active or sample.moving else "waiting")
