@@ -35,6 +35,11 @@ TRUE_WARNINGS = {
     ("examples__distributed__ddp__example.py", "TRG003"),
     ("examples__distributed__tensor_parallelism__fsdp_tp_example.py", "TRG012"),
     ("nanogpt__train.py", "TRG036"),
+    ("diffusers__examples__controlnet__train_controlnet.py", "TRG036"),
+    ("diffusers__examples__dreambooth__train_dreambooth.py", "TRG036"),
+    ("diffusers__examples__dreambooth__train_dreambooth_lora.py", "TRG036"),
+    ("diffusers__examples__text_to_image__train_text_to_image.py", "TRG036"),
+    ("diffusers__examples__unconditional_image_generation__train_unconditional.py", "TRG036"),
     ("nanogpt__train.py", "TRG051"),
 }
 
@@ -167,3 +172,36 @@ def test_a_library_function_nothing_in_its_file_calls_is_not_judged() -> None:
     # The same function in a file that runs the job (or sets up the group) is judged.
     assert "TRG023" in codes(library + '\ndist.init_process_group("gloo")\n')
     assert "TRG023" in codes(library + "\nsave(None, 'x.pt')\n")
+
+
+def test_names_unpacked_from_a_helper_take_what_it_returns_at_their_position() -> None:
+    body = """
+        def get_dist_info():
+            if "RANK" in os.environ:
+                return True, int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+            return False, 0, 0
+        is_ddp, rank, local_rank = get_dist_info()
+        if is_ddp:
+            dist.init_process_group("nccl")
+            dist.barrier()
+        if rank == 0:
+            dist.barrier()
+    """
+    assert [c for c in codes(body) if c == "TRG021"] == ["TRG021"]  # the second barrier only
+
+
+def test_a_collective_a_helper_runs_only_when_a_flag_is_set_is_off_when_it_is_passed_false() -> None:
+    body = """
+        dist.init_process_group("gloo")
+        def save_state(path, state, synchronize=True):
+            if synchronize:
+                dist.barrier()
+            torch.save(state, path)
+            if synchronize:
+                dist.barrier()
+        if dist.get_rank() == 0:
+            save_state("train.pt", {}, synchronize=False)
+    """
+    assert "TRG021" not in codes(body)
+    assert "TRG021" in codes(body.replace("synchronize=False", "synchronize=True"))
+    assert "TRG021" in codes(body.replace(", synchronize=False", ""))

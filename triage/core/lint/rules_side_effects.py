@@ -169,16 +169,23 @@ _SETUP_TAILS = frozenset(
 
 
 def _has_entry(ctx: Context) -> bool:
-    """Whether the file runs the job itself: a `__main__` block, a call at module level, or the
+    """Whether the file runs the job itself: a `__main__` block, work at module level (a loop, a
+    call of its own function or class; not a setting such as `torch.set_printoptions()`), or the
     set-up of the process group or of a wrapper (a snippet's `def main(): init_process_group()`)."""
     cached = ctx.script.cache.get("side_effects.entry")
     if isinstance(cached, bool):
         return cached
+    script = ctx.script
     entry = any(
-        (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call))
-        or (isinstance(stmt, ast.If) and "__main__" in ctx.script.text(stmt.test, 200))
-        for stmt in ctx.script.tree.body
-    ) or any(c.tail in _SETUP_TAILS for c in ctx.script.call_list)
+        isinstance(stmt, ast.For | ast.While | ast.With)
+        or (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and (script.local_function(stmt.value) is not None or dotted(stmt.value.func) in script.classes)
+        )
+        or (isinstance(stmt, ast.If) and "__main__" in script.text(stmt.test, 200))
+        for stmt in script.tree.body
+    ) or any(c.tail in _SETUP_TAILS for c in script.call_list)
     ctx.script.cache["side_effects.entry"] = entry
     return entry
 
@@ -211,6 +218,11 @@ def _assigned(ctx: Context, name: str, scope: ast.AST) -> list[ast.expr]:
     return values
 
 
+# The helpers of torchvision's references (copied by DeiT, DETR, DINO, MAE, ConvNeXt, ...):
+# `init_distributed_mode` calls `setup_for_distributed`, which replaces `builtins.print`.
+_PRINT_SILENCERS = frozenset({"setup_for_distributed", "init_distributed_mode"})
+
+
 def _print_replaced(ctx: Context, call: Call) -> bool:
     """The DeiT/DINO/MAE `setup_for_distributed`: `builtins.print` replaced by one that prints on
     the main process only (or with `force=True`). A `force=` keyword says the same from a caller."""
@@ -221,7 +233,7 @@ def _print_replaced(ctx: Context, call: Call) -> bool:
         cached = any(
             any(dotted(t) in ("builtins.print", "__builtin__.print") for t in node.targets)
             for node in ctx.script.of_type(ast.Assign)
-        ) or any(c.tail == "setup_for_distributed" for c in ctx.script.call_list)
+        ) or any(c.tail in _PRINT_SILENCERS for c in ctx.script.call_list)
         ctx.script.cache["side_effects.print_replaced"] = cached
     return cached
 
