@@ -205,3 +205,21 @@ def test_a_collective_a_helper_runs_only_when_a_flag_is_set_is_off_when_it_is_pa
     assert "TRG021" not in codes(body)
     assert "TRG021" in codes(body.replace("synchronize=False", "synchronize=True"))
     assert "TRG021" in codes(body.replace(", synchronize=False", ""))
+
+
+def test_the_same_collective_down_an_elif_chain_is_reached_by_every_rank() -> None:
+    body = """
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        def step(out):
+            if rank == 0 and world > 1:
+                dist.reduce(out, dst=0)
+            elif world > 1:
+                dist.reduce(out, dst=0)
+        step(torch.ones(1))
+    """
+    assert "TRG021" not in codes(body)
+    alone = body.replace(
+        "elif world > 1:\n                dist.reduce(out, dst=0)", "elif world > 1:\n                pass"
+    )
+    assert "TRG021" in codes(alone)

@@ -330,14 +330,28 @@ def _candidates(ctx: Context) -> Iterator[_Candidate]:
                 yield _Candidate(found, gate, call.node, via)
 
 
-def _arm(ctx: Context, node: ast.AST, line: int) -> tuple[int, str] | None:
-    """Which arm (body or else) of the gating `if` at `line` holds `node`, and that `if`."""
-    child = node
-    for parent in ctx.script.ancestors(node):
-        if isinstance(parent, ast.If) and parent.lineno == line:
-            return id(parent), "body" if child in parent.body else "else"
+def _other_arm_calls(ctx: Context, c: _Candidate) -> bool:
+    """Whether the other arm of the gating `if` (its `else`, an `elif` chain included, or its body
+    for a call in the `else`) makes the same call: `if rank == dst: gather(x, out) else:
+    gather(x, None)` reaches it on every rank."""
+    child: ast.AST = c.at
+    for parent in ctx.script.ancestors(c.at):
+        if isinstance(parent, FunctionNode | ast.Lambda):
+            return False
+        if isinstance(parent, ast.If) and parent.lineno == c.gate.line:
+            other = parent.orelse if child in parent.body else parent.body
+            nodes = {id(n) for stmt in other for n in ast.walk(stmt) if isinstance(n, ast.Call)}
+            same = dotted(c.at.func)
+            return any(
+                id(call.node) in nodes
+                and (
+                    (c.via and dotted(call.node.func) == same)  # the same helper
+                    or ((found := communication(ctx, call)) is not None and found.name == c.comm.name)
+                )
+                for call in ctx.script.call_list
+            )
         child = parent
-    return None
+    return False
 
 
 def check(ctx: Context) -> Iterator[Finding]:
@@ -347,19 +361,12 @@ def check(ctx: Context) -> Iterator[Finding]:
     # "others wait, rank 0 works, rank 0 releases" pattern: every rank calls it once.
     # So is `if rank == dst: gather(..., out) else: gather(..., None)`: both arms of one `if`.
     sides: dict[tuple[int, str], set[str]] = {}
-    arms: dict[tuple[int, str], set[tuple[int, str]]] = {}
     for c in candidates:
-        key = (id(ctx.script.scope_of(c.at)), c.comm.name)
-        sides.setdefault(key, set()).add(c.gate.side)
-        arm = _arm(ctx, c.at, c.gate.line)
-        if arm is not None:
-            arms.setdefault(key, set()).add(arm)
+        sides.setdefault((id(ctx.script.scope_of(c.at)), c.comm.name), set()).add(c.gate.side)
     for c in candidates:
-        key = (id(ctx.script.scope_of(c.at)), c.comm.name)
-        if {"zero", "nonzero"} <= sides[key]:
+        if {"zero", "nonzero"} <= sides[(id(ctx.script.scope_of(c.at)), c.comm.name)]:
             continue
-        arm = _arm(ctx, c.at, c.gate.line)
-        if arm is not None and {(arm[0], "body"), (arm[0], "else")} <= arms[key]:
+        if _other_arm_calls(ctx, c):
             continue
         rule = TRG021 if c.comm.certain else TRG036
         tail = (
