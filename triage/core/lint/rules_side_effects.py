@@ -283,7 +283,12 @@ def _write(ctx: Context, call: Call) -> str | None:
         return f"torch.save() runs on every rank and the path does not contain the rank: {_SAME_FILE}"
     if tail == "save_file" and name.startswith("safetensors"):
         return f"safetensors save_file() runs on every rank: {_SAME_FILE}"
-    if tail == "save_pretrained" and call.kwarg("is_main_process") is None and not call.has_star_kwargs():
+    if (
+        tail == "save_pretrained"
+        and call.kwarg("is_main_process") is None
+        and call.kwarg("save_function") is None  # `accelerator.save` writes on the main process only
+        and not call.has_star_kwargs()
+    ):
         return (
             f"{ctx.script.text(call.node.func, 40)}() runs on every rank without is_main_process=: N processes"
             " write the same files; pass is_main_process=(rank == 0) or save on rank 0"
