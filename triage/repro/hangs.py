@@ -84,6 +84,13 @@ HANGS: tuple[HangScenario, ...] = (
         (0,),
     ),
     HangScenario(
+        "MN3-async",
+        "rank 1 stuck reading a sample while rank 0 waits on an async all_reduce (as NCCL ranks do)",
+        "hang_async_wait.py",
+        "MN3",
+        (1,),
+    ),
+    HangScenario(
         "D20-gone",
         "rank 1 returns before joining the group (exit 0); rank 0 waits in init_process_group",
         "hang_rank_gone.py",

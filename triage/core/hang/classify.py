@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from triage.core.hang.stacks import Frame, LineContext, RankSample
@@ -99,6 +100,30 @@ def _short(function: str) -> str:
     return function.rsplit(".", 1)[-1]
 
 
+# A collective issued with async_op=True (and every NCCL collective: the call returns at once and
+# the kernel runs on the GPU) is waited for later, in C++ code that leaves no Python frame: the
+# rank's innermost frame is the user's line that waits. Python frames of torch.cuda's
+# synchronize() are the other way to wait there.
+_WAITS = re.compile(r"\.wait\(\s*\)")
+_GPU_SYNCS = re.compile(r"\.(item|cpu|tolist|numpy)\(\s*\)|\bsynchronize\(")
+_GPU_VIA = "a GPU sync point: with NCCL, a collective queued before it has not finished"
+
+
+def _pending(frames: tuple[Frame, ...], context: LineContext | None) -> tuple[str, str] | None:
+    """The collective an idle rank waits for outside any torch.distributed call, as (name, via)."""
+    if not frames:
+        return None
+    if frames[0].file.endswith("torch/cuda/__init__.py") and _short(frames[0].function) == "synchronize":
+        return "torch.cuda.synchronize", _GPU_VIA
+    code = context.code if context is not None and not is_library(frames[0].file) else ""
+    if _WAITS.search(code):
+        return "Work.wait", "the result of a collective issued with async_op=True"
+    found = _GPU_SYNCS.search(code)
+    if found:
+        return (found.group(1) and f".{found.group(1)}") or "synchronize", _GPU_VIA
+    return None
+
+
 def classify(sample: RankSample) -> RankState:
     """Name what `sample`'s main thread is doing, and the user frame that led there."""
     base = RankState(sample.rank, sample.pid, sample.host, kind="unknown")
@@ -128,4 +153,7 @@ def classify(sample: RankSample) -> RankState:
     saving = next((_SAVERS[m] for f in frames for m in _SAVERS if m in f.file), None)
     if saving is not None:
         return replace(base, kind="saving", detail=saving)
+    pending = _pending(frames, base.context) if not sample.active else None
+    if pending is not None:
+        return replace(base, kind="collective", collective=pending[0], via=pending[1])
     return replace(base, kind="computing" if sample.active or sample.moving else "waiting")
