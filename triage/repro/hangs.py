@@ -100,7 +100,7 @@ HANGS: tuple[HangScenario, ...] = (
     ),
 )
 # How each launcher starts a job of N local ranks on a loopback port: the command before the script.
-LAUNCHERS = ("torch.distributed.run", "torchrun", "accelerate")
+LAUNCHERS = ("torch.distributed.run", "torchrun", "accelerate", "deepspeed")
 
 
 def launch_command(launcher: str, nproc: int, port: int) -> list[str]:
@@ -114,6 +114,11 @@ def launch_command(launcher: str, nproc: int, port: int) -> list[str]:
             sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", f"--num_processes={nproc}",
             "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no",
             "--main_process_ip=127.0.0.1", f"--main_process_port={port}",
+        ]  # fmt: skip
+    if launcher == "deepspeed":  # its per-node launcher runs each rank as `python -u script --local_rank=N`
+        return [
+            sys.executable, "-m", "deepspeed.launcher.runner", f"--num_gpus={nproc}",
+            "--master_addr=127.0.0.1", f"--master_port={port}",
         ]  # fmt: skip
     raise ValueError(f"unknown launcher {launcher!r}")
 
