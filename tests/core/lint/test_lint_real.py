@@ -223,3 +223,45 @@ def test_the_same_collective_down_an_elif_chain_is_reached_by_every_rank() -> No
         "elif world > 1:\n                dist.reduce(out, dst=0)", "elif world > 1:\n                pass"
     )
     assert "TRG021" in codes(alone)
+
+
+def test_a_converter_that_imports_single_process_helpers_is_not_a_distributed_script() -> None:
+    converter = """
+        from accelerate import init_empty_weights
+        from torch.distributed.checkpoint import FileSystemReader
+
+        def main(model, out):
+            reader = FileSystemReader("ckpt")
+            model.save_pretrained(out)
+
+        if __name__ == "__main__":
+            main(None, "out")
+    """
+    assert codes(converter, head="import torch\n") == []
+    assert "TRG023" in codes(converter.replace("init_empty_weights", "Accelerator"), head="import torch\n")
+
+
+def test_a_branch_also_taken_when_the_backend_needs_every_rank_is_no_rank_gate() -> None:
+    body = """
+        from accelerate import Accelerator
+        from accelerate.utils import DistributedType
+        accelerator = Accelerator()
+        def save(path):
+            if accelerator.is_main_process or accelerator.distributed_type == DistributedType.DEEPSPEED:
+                accelerator.save_state(path)
+        save("ckpt")
+    """
+    assert "TRG036" not in codes(body)
+    assert "TRG036" in codes(
+        body.replace(" or accelerator.distributed_type == DistributedType.DEEPSPEED", "")
+    )
+    # "one process, or rank 0" is still a gate: nothing is reported for a write under it.
+    single = """
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        def save(cfg, model):
+            if not cfg.enable_fsdp or rank == 0:
+                torch.save(model.state_dict(), "model.pt")
+        save(None, None)
+    """
+    assert "TRG023" not in codes(single)

@@ -139,6 +139,13 @@ class RankModel:
                 return None
             if isinstance(test.op, ast.Or) and {"zero", "nonzero"} <= sides:
                 return None
+            # `is_main_process or distributed_type == DEEPSPEED`: every rank, where the backend needs
+            # it; while `not enable_fsdp or rank == 0` ("one process, or rank 0") is a gate.
+            if isinstance(test.op, ast.Or) and any(
+                not isinstance(v, ast.UnaryOp) and _needs_every_rank(self.script.text(v, 200))
+                for v in test.values
+            ):
+                return None
             return sides.pop() if len(sides) == 1 else "zero" if "zero" in sides else "other"
         if isinstance(test, ast.Compare):
             return self._compare(test, scope)
@@ -325,3 +332,9 @@ class RankModel:
     def effective_gate(self, node: ast.AST) -> Gate | None:
         """The gate of `node`, or of its function when that function is only called under one."""
         return self.gates.effective_gate(node)
+
+
+def _needs_every_rank(text: str) -> bool:
+    """A test of a backend under which every rank must make the call (DeepSpeed, FSDP)."""
+    lowered = text.lower()
+    return "deepspeed" in lowered or "fsdp" in lowered or "fully_shard" in lowered
