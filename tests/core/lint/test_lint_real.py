@@ -265,3 +265,16 @@ def test_a_branch_also_taken_when_the_backend_needs_every_rank_is_no_rank_gate()
         save(None, None)
     """
     assert "TRG023" not in codes(single)
+
+
+def test_code_after_a_rank_precondition_that_raises_runs_on_every_rank_that_goes_on() -> None:
+    body = """
+        dist.init_process_group("nccl")
+        def send(tensor, grid):
+            if dist.get_rank() not in grid:
+                raise ValueError("this rank is not in the grid")
+            dist.broadcast(tensor, src=grid[0])
+        send(torch.ones(1), [0, 1])
+    """
+    assert "TRG021" not in codes(body)
+    assert "TRG021" in codes(body.replace('raise ValueError("this rank is not in the grid")', "return"))
