@@ -278,3 +278,27 @@ def test_code_after_a_rank_precondition_that_raises_runs_on_every_rank_that_goes
     """
     assert "TRG021" not in codes(body)
     assert "TRG021" in codes(body.replace('raise ValueError("this rank is not in the grid")', "return"))
+
+
+def test_a_one_device_fabric_utility_is_not_distributed_and_jax_process_index_is_a_rank() -> None:
+    merge = """
+        import lightning as L
+
+        def merge(model, path):
+            fabric = L.Fabric(devices=1, accelerator="cpu")
+            torch.save(model.state_dict(), path)
+
+        if __name__ == "__main__":
+            merge(None, "lit_model.pth")
+    """
+    assert codes(merge, head="import torch\n") == []
+    assert "TRG023" in codes(merge.replace("devices=1", "devices=4"), head="import torch\n")
+    flax = """
+        import jax
+        rank = int(os.environ.get("LOCAL_RANK", -1))
+        def checkpoint(pipeline, out):
+            pipeline.save_pretrained(out)
+        if jax.process_index() == 0:
+            checkpoint(None, "out")
+    """
+    assert "TRG023" not in codes(flax)

@@ -302,7 +302,16 @@ class Script:
                 and node.slice.value in _RANK_ENV
             ):
                 found.add("env")
+        if "lightning" in found and self._one_device():
+            found.discard("lightning")
         return frozenset(found)
+
+    def _one_device(self) -> bool:
+        """Every Fabric / Trainer here runs on one device (`devices=1`): one process, a utility."""
+        made = [
+            c for c in self.call_list if c.tail in ("Fabric", "Trainer") and "lightning" in c.name.lower()
+        ]
+        return bool(made) and all(const_int(c.kwarg("devices") or ast.Constant(None)) == 1 for c in made)
 
     @property
     def distributed(self) -> bool:
