@@ -302,3 +302,16 @@ def test_a_one_device_fabric_utility_is_not_distributed_and_jax_process_index_is
             checkpoint(None, "out")
     """
     assert "TRG023" not in codes(flax)
+
+
+def test_a_hook_handed_to_another_call_runs_where_that_call_runs_it() -> None:
+    body = """
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        def save_model_hook(models, weights, output_dir):
+            for model in models:
+                model.save_pretrained(output_dir)
+        accelerator.register_save_state_pre_hook(save_model_hook)
+    """
+    assert "TRG023" not in codes(body)
+    assert "TRG023" in codes(textwrap.dedent(body) + "save_model_hook([], [], 'out')\n")

@@ -119,9 +119,36 @@ def _anchored(ctx: Context, call: Call) -> bool:
     reached from the module's top level calls is run by other files, on ranks this file cannot
     see: gated there, or not."""
     outer = [a.name for a in ctx.script.ancestors(call.node) if isinstance(a, FunctionNode | ast.ClassDef)]
+    if outer and outer[0] in _callbacks(ctx):
+        return False
     if not outer or _has_entry(ctx):
         return True
     return any(name in _reached(ctx) for name in outer)
+
+
+_LAUNCHES = frozenset(
+    {"spawn", "start_processes", "Process", "notebook_launcher", "launch", "elastic_launch", "debug_launcher"}
+)
+
+
+def _callbacks(ctx: Context) -> set[str]:
+    """Functions of this file handed to another call and never called here by name
+    (`accelerator.register_save_state_pre_hook(save_model_hook)`): they run where that call runs
+    them, on ranks this file does not say."""
+    cached = ctx.script.cache.get("side_effects.callbacks")
+    if isinstance(cached, set):
+        return cached
+    called = {local.name for c in ctx.script.call_list if (local := ctx.script.local_function(c.node))}
+    passed = {
+        arg.id
+        for c in ctx.script.call_list
+        if c.tail not in _LAUNCHES  # a worker handed to mp.spawn runs on every rank
+        for arg in (*c.node.args, *(k.value for k in c.node.keywords))
+        if isinstance(arg, ast.Name) and arg.id in ctx.script.functions
+    }
+    found = passed - called
+    ctx.script.cache["side_effects.callbacks"] = found
+    return found
 
 
 def _reached(ctx: Context) -> set[str]:
