@@ -1,16 +1,25 @@
-"""Fit `ask`'s confidence model on the corpus's TRAIN split and write knowledge/confidence.yaml.
+"""Fit `ask`'s confidence model on the corpus's TRAIN split; write knowledge/reports.yaml and
+knowledge/confidence.yaml.
 
-    python bench/fit_confidence.py            # fit, write knowledge/confidence.yaml, rebuild compiled.json
+    python bench/fit_confidence.py            # fit, write both files, rebuild compiled.json
     python bench/fit_confidence.py --dry-run  # print the fit and the threshold table only
 
-The model is a logistic regression of "the best-ranked entry is the right answer" on three
-features of a ranking: the best entry's evidence from words, its lead over the runner-up, and the
-strength of its matched error signature (0 when none matched). It is fitted on every train item `ask` can be given: the queries,
-the pasted logs and the must-abstain inputs (for which only an out-of-scope leaf is right). The
-threshold follows from what a wrong answer costs: triage prefers abstaining to a wrong answer, so
-it answers only when the probability of being right is at least THRESHOLD (2/3: a wrong answer
-costs twice a missing one).
-Test items are never read here.
+1. The labelled train queries become knowledge/reports.yaml: the index compiles them in as further
+   phrasings of each entry's symptoms (how users describe it). Test items are never read here.
+2. Every train item `ask` can be given (the queries, the pasted logs, the must-abstain inputs) is
+   ranked by an index that does not hold its own fold's reports (bench/crossval.py), so that its
+   features are those of an unseen report. The features: the best entry's evidence from words,
+   its lead over the runner-up, the strength of its matched error signature (0 when none matched),
+   log(1 + the number of the query's words the knowledge knows) and the share of its words the
+   knowledge has never seen.
+   People also write one line where others write a report (a thread's title is its first line):
+   a multi-line train query is a sample a second time as its first line alone.
+3. A logistic regression of "the best-ranked entry is right" (for a must-abstain input only an
+   out-of-scope leaf is right) on those features; the threshold is the one that gives the most
+   (right - WRONG_COST * wrong) answers over the labelled items, while the must-abstain items stay
+   at least ABSTAIN_TARGET abstained, both measured by K-fold cross-validation (each fold's
+   probabilities from a model fitted on the other folds). The model written is fitted on all
+   folds, with that threshold.
 """
 
 from __future__ import annotations
@@ -27,41 +36,57 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from corpus import Item, load_all  # noqa: E402
+from crossval import FOLDS, fold_kbs, fold_of, reports_of  # noqa: E402
 
 from triage.core.model import KnowledgeBase  # noqa: E402
 
-# A wrong answer costs WRONG_COST times a missing one: answering pays off when the probability of
-# being right is at least WRONG_COST / (1 + WRONG_COST).
-WRONG_COST = 2.0
-THRESHOLD = round(WRONG_COST / (1 + WRONG_COST), 3)
+WRONG_COST = 1.5  # a wrong answer costs this many right ones
+ABSTAIN_TARGET = 0.95  # the must-abstain inputs abstained at least this often
 L2 = 0.01
-Sample = tuple[tuple[float, float, float], int]
+FEATURES = ("score", "gap", "signature", "known", "unknown")
+Sample = tuple[tuple[float, ...], int]
 
 
 def sample(kb: KnowledgeBase, item: Item) -> Sample:
-    from triage.core.matcher import rank
+    from triage.core.matcher import index_for, query_terms, rank
+    from triage.core.text import PAIR
 
     match = rank(kb, item.text, top=2)
     first, second = match.hits[0], match.hits[1]
     right = not first.entry.covered if item.expect == ("none",) else first.entry.id in item.accepted
-    return (first.words, first.raw - second.raw, first.signature), int(right)
+    terms, unknown = query_terms(index_for(kb), item.text)
+    known = sum(1 for t in terms if PAIR not in t)
+    share = unknown / max(known + unknown, 1)
+    return (first.words, first.raw - second.raw, first.signature, math.log1p(known), share), int(right)
+
+
+def one_liners(items: Sequence[Item]) -> list[Item]:
+    """The first line of every multi-line train query, as a query of its own (same label, fold)."""
+    from dataclasses import replace
+
+    out = []
+    for item in items:
+        first = item.text.strip().split("\n", 1)[0].strip()
+        if item.kind == "queries" and first != item.text.strip() and len(first.split()) >= 2:
+            out.append(replace(item, text=first, origin=item.origin + ":first-line"))
+    return out
 
 
 def fit(samples: Sequence[Sample], steps: int = 50) -> list[float]:
-    """Logistic regression by Newton's method: [bias, score, gap, signature]."""
-    beta = [0.0, 0.0, 0.0, 0.0]
+    """Logistic regression by Newton's method: [bias, *FEATURES]."""
+    size = 1 + len(samples[0][0])
+    beta = [0.0] * size
     for _ in range(steps):
-        grad = [0.0] * 4
-        hess = [[0.0] * 4 for _ in range(4)]
+        grad = [0.0] * size
+        hess = [[0.0] * size for _ in range(size)]
         for x, y in samples:
             row = (1.0, *x)
-            z = sum(b * v for b, v in zip(beta, row, strict=True))
-            p = 1 / (1 + math.exp(-max(-40.0, min(40.0, z))))
-            for i in range(4):
+            p = probability(beta, x)
+            for i in range(size):
                 grad[i] += (y - p) * row[i]
-                for j in range(4):
+                for j in range(size):
                     hess[i][j] += p * (1 - p) * row[i] * row[j]
-        for i in range(1, 4):
+        for i in range(1, size):
             grad[i] -= L2 * beta[i]
             hess[i][i] += L2
         step = _solve(hess, grad)
@@ -72,7 +97,7 @@ def fit(samples: Sequence[Sample], steps: int = 50) -> list[float]:
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float]:
-    """Gaussian elimination with partial pivoting (a 4x4 system)."""
+    """Gaussian elimination with partial pivoting (a small system)."""
     n = len(b)
     m = [[*row, b[i]] for i, row in enumerate(a)]
     for col in range(n):
@@ -92,24 +117,69 @@ def probability(beta: Sequence[float], x: Sequence[float]) -> float:
     return 1 / (1 + math.exp(-max(-40.0, min(40.0, z))))
 
 
-def threshold_table(beta: Sequence[float], samples: Sequence[Sample]) -> list[str]:
-    table = []
-    for step in range(50, 96, 5):
-        threshold = step / 100
-        answered = [y for x, y in samples if probability(beta, x) >= threshold]
-        precision = sum(answered) / len(answered) if answered else 1.0
-        share = len(answered) / len(samples)
-        table.append(
-            f"  threshold {threshold:.2f}: answers {share:6.1%}, right when answering {precision:6.1%}"
-        )
-    return table
+class Decisions:
+    """What answering at a threshold does to the cross-validated probabilities."""
+
+    def __init__(
+        self, items: Sequence[Item], samples: Sequence[Sample], probabilities: Sequence[float]
+    ) -> None:
+        self.rows = list(zip(items, (y for _, y in samples), probabilities, strict=True))
+
+    def at(self, threshold: float) -> dict[str, float]:
+        labelled = [(i, y, p >= threshold) for i, y, p in self.rows if i.kind != "abstain"]
+        queries = [(y, a) for i, y, a in labelled if i.kind == "queries"]
+        abstain = [y or p < threshold for i, y, p in self.rows if i.kind == "abstain"]
+        right = sum(1 for _, y, a in labelled if a and y)
+        wrong = sum(1 for _, y, a in labelled if a and not y)
+        answered = [y for y, a in queries if a]
+        return {
+            "objective": right - WRONG_COST * wrong,
+            "abstained": sum(abstain) / max(len(abstain), 1),
+            "top1": sum(answered) / max(len(queries), 1),
+            "coverage": len(answered) / max(len(queries), 1),
+            "precision": sum(answered) / max(len(answered), 1),
+        }
+
+    def best(self) -> float:
+        steps = [t / 100 for t in range(30, 96)]
+        allowed = [t for t in steps if self.at(t)["abstained"] >= ABSTAIN_TARGET] or steps[-1:]
+        return max(allowed, key=lambda t: (self.at(t)["objective"], -t))
+
+
+def cross_validated(items: Sequence[Item], samples: Sequence[Sample]) -> list[float]:
+    """Each item's probability from a model fitted on the other folds' samples."""
+    folds = [fold_of(i) for i in items]
+    out = [0.0] * len(items)
+    for fold in range(FOLDS):
+        beta = fit([s for s, f in zip(samples, folds, strict=True) if f != fold])
+        for n, f in enumerate(folds):
+            if f == fold:
+                out[n] = probability(beta, samples[n][0])
+    return out
 
 
 def corpus_stamp(items: Sequence[Item]) -> str:
     digest = hashlib.sha256()
     for item in items:
-        digest.update(item.text.encode() + b"\0" + ",".join(item.accepted).encode() + b"\0")
+        digest.update(item.text.encode() + b"\0" + ",".join(sorted(item.accepted)).encode() + b"\0")
     return digest.hexdigest()[:12]
+
+
+def write_reports(kb: KnowledgeBase, items: Sequence[Item]) -> Path:
+    import yaml
+
+    reports = reports_of(kb, items)
+    head = [
+        "# Labelled real reports compiled into ask's index as further phrasings of each entry's symptoms:",
+        "# generated by bench/fit_confidence.py from the TRAIN split of eval/ (never test); do not edit by hand.",
+        f"# {sum(len(v) for v in reports.values())} reports, corpus {corpus_stamp(items)}.",
+    ]
+    body = yaml.safe_dump(
+        {"reports": dict(sorted(reports.items()))}, allow_unicode=True, width=100, sort_keys=False
+    )
+    target = REPO / "knowledge" / "reports.yaml"
+    target.write_text("\n".join(head) + "\n" + body, encoding="utf-8")
+    return target
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -122,25 +192,40 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     kb = load_kb()
     items = [i for kind in load_all().values() for i in kind if i.split == "train"]
-    samples = [sample(kb, i) for i in items]
+    kbs = fold_kbs(kb, items)
+    fitted = [*items, *one_liners(items)]
+    samples = [sample(kbs[fold_of(i)], i) for i in fitted]
+    decisions = Decisions(fitted, samples, cross_validated(fitted, samples))
+    threshold = decisions.best()
     beta = fit(samples)
-    threshold, table = THRESHOLD, threshold_table(beta, samples)
     right = sum(y for _, y in samples)
-    print(f"train items: {len(samples)} (best entry right for {right}, {right / len(samples):.1%})")
     print(
-        "model: "
-        + ", ".join(f"{n} {v:+.3f}" for n, v in zip(("bias", "score", "gap", "signature"), beta, strict=True))
+        f"train samples: {len(samples)} (best entry right for {right}, {right / len(samples):.1%}; {FOLDS}-fold CV)"
     )
-    print("\n".join(table))
-    print(f"threshold: {threshold} (a wrong answer costs {WRONG_COST:g} times a missing one)")
+    print("model: " + ", ".join(f"{n} {v:+.3f}" for n, v in zip(("bias", *FEATURES), beta, strict=True)))
+    for t in [x / 100 for x in range(40, 91, 5)] + [threshold]:
+        f = decisions.at(t)
+        print(
+            f"  threshold {t:.2f}: queries top-1 {f['top1']:6.1%}, coverage {f['coverage']:6.1%},"
+            f" precision {f['precision']:6.1%}; must-abstain {f['abstained']:6.1%};"
+            f" right - {WRONG_COST:g} wrong {f['objective']:.0f}"
+        )
+    print(
+        f"threshold: {threshold} (the most right - {WRONG_COST:g} x wrong with the must-abstain set >= {ABSTAIN_TARGET:.0%})"
+    )
     if args.dry_run:
         return 0
-    model = dict(zip(("bias", "score", "gap", "signature"), (round(b, 4) for b in beta), strict=True))
+    print(f"wrote {write_reports(kb, items).relative_to(REPO)}")
+    model = dict(zip(("bias", *FEATURES), (round(b, 4) for b in beta), strict=True))
+    cv = decisions.at(threshold)
     lines = [
         "# ask's confidence model: generated by bench/fit_confidence.py from the TRAIN split of eval/;",
-        "# do not edit by hand. P(best entry right) = logistic(bias + score*words + gap*lead + signature*strength);",
-        "# ask answers when that probability is at least the threshold.",
-        f"fitted_on: {{items: {len(samples)}, right: {right}, corpus: '{corpus_stamp(items)}'}}",
+        "# do not edit by hand. P(best entry right) = logistic(bias + score*words + gap*lead",
+        "# + signature*strength + known*log(1 + known query words) + unknown*share of words never seen);",
+        "# ask answers at the threshold or above.",
+        f"fitted_on: {{items: {len(samples)}, right: {right}, corpus: '{corpus_stamp(items)}', folds: {FOLDS}}}",
+        f"# cross-validated on train queries and their first lines: top-1 {cv['top1']:.1%}, coverage {cv['coverage']:.1%},"
+        f" precision {cv['precision']:.1%}; must-abstain {cv['abstained']:.1%}",
         "model:",
         *(f"  {k}: {v}" for k, v in model.items()),
         f"  threshold: {threshold}",

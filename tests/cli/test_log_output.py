@@ -82,6 +82,21 @@ def test_the_ranks_at_a_glance(run_cli: Run) -> None:
     assert states == {0: "timeout", 1: "suspect"}  # rank 0 timed out waiting for silent rank 1
 
 
+def test_many_waiting_ranks_are_named_as_ranges(run_cli: Run, tmp_path: Path) -> None:
+    """A job of hundreds of ranks that all time out: the text names them as ranges, the JSON lists them."""
+    log = tmp_path / "wide.log"
+    log.write_text(
+        "".join(
+            MANY_SIGNATURES.replace("rank0", f"rank{r}").replace("Rank 0", f"Rank {r}") for r in range(300)
+        )
+    )
+    text = run_cli("log", str(log)).stdout.decode()
+    (waited,) = [line for line in text.splitlines() if line.startswith("Ranks that only waited for it:")]
+    assert waited == "Ranks that only waited for it: 1-299.", waited
+    data = json.loads(run_cli("log", "--json", str(log)).stdout)
+    assert data["waiting_ranks"] == list(range(1, 300))
+
+
 def _status_through_head(log: Path) -> int:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(

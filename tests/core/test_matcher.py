@@ -19,10 +19,7 @@ from triage.core.separate import reachable
         "git rebase interactive squash commits",
         "hello",
         "it does not work",
-        pytest.param(
-            "npm install fails with EACCES permission denied",
-            marks=pytest.mark.xfail(reason="known miss of the query engine: names P7 (issue 10)"),
-        ),
+        "npm install fails with EACCES permission denied",
     ],
 )
 def test_off_topic_and_content_free_text_is_not_guessed(kb: KnowledgeBase, text: str) -> None:

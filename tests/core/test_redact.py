@@ -165,3 +165,53 @@ def test_json_stays_json_and_leaks_nothing(depth: int) -> None:
         for secret in shape.secrets:
             assert secret not in out
     assert json.loads(out)["looks"] == list(LOOKALIKES)
+
+
+# -- punctuation after a hidden value stays -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("token=abc123, next", f"token={REDACTED}, next"),
+        ("HF_TOKEN=abc123.", f"HF_TOKEN={REDACTED}."),
+        ("(token=abc123), then", f"(token={REDACTED}), then"),
+        ("[password=abc123]", f"[password={REDACTED}]"),
+        ("password: hunter2; retry", f"password: {REDACTED}; retry"),
+        ('"key": "' + SK + '", "b": 1', f'"key": "{REDACTED}", "b": 1'),
+        ("api_key: 'xyz987',", f"api_key: '{REDACTED}',"),
+        ("--password X, then", f"--password {REDACTED}, then"),
+        ("--api-key=abc123)", f"--api-key={REDACTED})"),
+        ("curl -u a:pw123, next", f"curl -u a:{REDACTED}, next"),
+        ("mysql -pabc123, x", f"mysql -p{REDACTED}, x"),
+        ("see https://h/x?token=abc123, y", f"see https://h/x?token={REDACTED}, y"),
+        ("(https://h/x?sig=abc123).", f"(https://h/x?sig={REDACTED})."),
+        ("Bearer abcdefgh12345678.", f"Bearer {REDACTED}."),
+        ("Authorization: Bearer abcdefgh12345678", f"Authorization: Bearer {REDACTED}"),
+        (f"({HF}),", f"({REDACTED}),"),
+        # a bracket the value opened is the value's own
+        ("password=pa(ss)", f"password={REDACTED}"),
+        ("password=pa(ss)),", f"password={REDACTED}),"),
+        # placeholders stay, with their punctuation
+        ("password=$PW.", "password=$PW."),
+        ("token=),", "token=),"),
+    ],
+)
+def test_punctuation_after_a_hidden_value_stays(text: str, expected: str) -> None:
+    assert redact_text(text) == expected
+    assert redact_text(expected) == expected
+
+
+_HEADERS = ("header", "cut pem key")  # a header's value runs to the end of its line, a cut key to the end
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[s.name for s in SHAPES])
+def test_every_shape_keeps_the_punctuation_around_it(shape: Shape) -> None:
+    wraps = ['"{}",', "[{}]", "({})", "({}), next", "{}. Next"]
+    if any(kind in shape.name for kind in _HEADERS):
+        wraps = wraps[:3] if "header" in shape.name else []
+    for wrap in wraps:
+        before, after = wrap.split("{}")
+        out = redact_text(wrap.format(shape.text))
+        assert not [secret for secret in shape.secrets if secret in out], out
+        assert out.startswith(before) and out.endswith(after), out

@@ -58,6 +58,19 @@ def test_identifiers_split_into_words_and_keep_their_joined_form() -> None:
     ]
 
 
+def test_a_brand_spelt_with_a_two_letter_hump_stays_one_word() -> None:
+    assert raw_words("PyTorch ZeRO-3 LoRA") == ["pytorch", "zero", "3", "zero3", "lora"]
+    assert raw_words("DeepSpeed") == ["deep", "speed", "deepspeed"]
+
+
+def test_a_number_with_its_unit_glued_on_is_a_number(normalizer: Normalizer) -> None:
+    assert normalizer.tokens("a 13B model on a 24GB card, 500ms a step on 8x A100") == [
+        "model",
+        "card",
+        "step",
+    ]
+
+
 def test_numbers_hex_urls_and_source_paths_are_dropped(normalizer: Normalizer) -> None:
     text = (
         "see https://example.com/a/b 4260/4435 0xdeadbeef 3f2a9c1b7 v100 "

@@ -83,21 +83,19 @@ def test_probe_dist_killed_outright(marker: str, runs: list[Run]) -> None:
     _assert_nothing_left(run)
 
 
-@pytest.mark.parametrize(
-    ("signum", "moment", "code"),
-    [(signal.SIGINT, "hung", 2), (signal.SIGTERM, "ranks", 143)],
-    ids=["SIGINT-hung", "SIGTERM-ranks"],
-)
-def test_walk_interrupted_during_its_probe(
-    signum: int, moment: str, code: int, marker: str, runs: list[Run]
-) -> None:
-    # Ctrl-C during a probe skips it and asks instead; stdin then ends: a one-line error, exit 2.
+# Ctrl-C during a probe skips it and asks instead; stdin then ends: a one-line error, exit 2.
+WALK_EXIT_FOR = {signal.SIGINT: 2, signal.SIGTERM: 143}
+
+
+@pytest.mark.parametrize("moment", ["ranks", "hung"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_walk_interrupted_during_its_probe(signum: int, moment: str, marker: str, runs: list[Run]) -> None:
     run = start(marker, "walk", "--probe-timeout", "20", stdin=WALK_TO_DIST, **HANG)
     runs.append(run)
     _reach(run, moment)
     run.signal(signum)
     _, err = run.proc.communicate(timeout=15)
-    assert run.proc.returncode == code, err
+    assert run.proc.returncode == WALK_EXIT_FOR[signum], err
     _assert_nothing_left(run)
 
 
@@ -108,17 +106,28 @@ def app(marker: str) -> Iterator[Terminal]:
     terminal.close()
 
 
-def _app_at_dist_probe(app: Terminal) -> None:
+def _app_at_dist_probe(app: Terminal, moment: str = "ranks") -> None:
     assert app.wait_for("What do you see"), bytes(app.screen[-2000:])
     for key, next_prompt in (("2", "How many machines"), ("1", "How was it started"), ("3", "mini-test")):
         app.press(key)
         assert app.wait_for(next_prompt), bytes(app.screen[-2000:])
-    _reach(app.run, "ranks")
+    _reach(app.run, moment)
 
 
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGHUP", "q"])
-def test_app_ended_during_a_probe(how: str, app: Terminal) -> None:
-    _app_at_dist_probe(app)
+@pytest.mark.parametrize(
+    ("how", "moment"),
+    [
+        ("SIGINT", "ranks"),
+        ("SIGINT", "hung"),
+        ("SIGTERM", "ranks"),
+        ("SIGTERM", "hung"),
+        ("SIGHUP", "ranks"),
+        ("q", "ranks"),
+    ],
+    ids=["SIGINT-ranks", "SIGINT-hung", "SIGTERM-ranks", "SIGTERM-hung", "SIGHUP-ranks", "q-ranks"],
+)
+def test_app_ended_during_a_probe(how: str, moment: str, app: Terminal) -> None:
+    _app_at_dist_probe(app, moment)
     if how == "q":
         app.run.snapshot()
         app.press("q")

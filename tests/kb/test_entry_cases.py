@@ -14,10 +14,9 @@ from triage.kb.loader import load_kb
 
 KB = load_kb(REPO / "knowledge")
 # Known misses of the current query engine, kept visible rather than rephrased away (issue 10):
-# the engine ranks E19 above D1 for the first, and P1 above E13 for the second.
+# the engine ranks E19 above D1 for this one.
 KNOWN_MISSES = {
     ("D1", "env:// rendezvous complains RANK is not set"),
-    ("E13", "the worker node cannot resolve the head node's name so the rendezvous never connects"),
 }
 POSITIVE = [
     pytest.param(e.id, text, marks=pytest.mark.xfail(reason="known miss of the query engine (issue 10)"))

@@ -333,6 +333,7 @@ async def test_export_writes_the_session_report_with_secrets_redacted(
     assert text.startswith("# triage report: D4 ")
     assert "No experiment re-check needed" in text
     assert "1. **What do you see?** It will not start" in text
+    assert not [node for node in kb.graph.nodes if "_" in node and node in text]  # questions in words
     assert "Checking whether the master port" in text and "found `net.master_port_free = false` → D4" in text
     assert "Address already in use" in text
     assert SECRET not in text

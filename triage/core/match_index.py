@@ -45,6 +45,9 @@ DOMAIN_SHARE = 0.8  # how much of a term's weight its spread across entries may 
 DOMAIN_OFFSET = 1.0  # the knowledge's prose is about this domain only: its frequencies read this much lower
 DEFAULT_ZIPF = 3.0  # without a background word list every word counts as moderately rare
 PAIR_FACTOR = 1.0  # a pair of adjacent terms weighs this share of its two terms' mean
+REPORT_WEIGHT = 0.3  # a labelled report's term counts this much towards its entry (a symptom: 1.0)
+REPORTS_IN_DF = True
+REPORT_TERMS = 60  # a report's first terms only: its lead says what it is about
 
 
 def _literal_text(pattern: str) -> str:
@@ -90,15 +93,22 @@ def term_weight(zipf: float, entries_with_term: int, entry_count: int) -> float:
 
 
 def build_index_data(
-    kb: KnowledgeBase, zipf: Zipf | None = None, confidence: Mapping[str, object] | None = None
+    kb: KnowledgeBase,
+    zipf: Zipf | None = None,
+    confidence: Mapping[str, object] | None = None,
+    reports: Mapping[str, Iterable[str]] | None = None,
 ) -> dict[str, object]:
-    """Term weights, per-entry term strengths, symptom phrasings and signatures, as JSON-ready data."""
+    """Term weights, per-entry term strengths, symptom phrasings and signatures, as JSON-ready data.
+
+    `reports`: entry id -> labelled real reports of it (the corpus's train split), counted as
+    further phrasings of its symptoms: how users describe it."""
     normalizer = Normalizer(kb.vocabulary)
     strengths: dict[str, dict[str, float]] = {}
     counts_by_entry: dict[str, dict[str, float]] = {}
     evidence_df: Counter[str] = Counter()
     phrases: dict[str, list[list[str]]] = {}
     all_texts: list[str] = []
+    lengths: dict[str, float] = {}
     domain: Counter[str] = Counter()  # every term of the knowledge's own text: generic ML prose
     for entry in kb.entries.values():
         counts: dict[str, float] = {}
@@ -113,13 +123,21 @@ def build_index_data(
                 if field in DF_FIELDS:
                     seen.add(term)
         counts[entry.id.lower()] = counts.get(entry.id.lower(), 0.0) + 2.0
+        lengths[entry.id] = sum(counts.values())
+        sets = [sorted(set(normalizer.tokens(s))) for s in (entry.title, *entry.symptoms)]
+        for report in (reports or {}).get(entry.id, ()):
+            all_texts.append(report)
+            tokens = normalizer.tokens(report)[:REPORT_TERMS]
+            for term in pairs(tokens):
+                counts[term] = counts.get(term, 0.0) + REPORT_WEIGHT
+                if REPORTS_IN_DF:
+                    seen.add(term)
+            sets.append(sorted(set(tokens)))
         counts_by_entry[entry.id] = counts
         evidence_df.update(seen)
-        sets = [sorted(set(normalizer.tokens(s))) for s in (entry.title, *entry.symptoms)]
         phrases[entry.id] = [s for s in sets if s]
     # Saturation per entry, relative to the entry's length (as in BM25): a term carries more weight
-    # in a short entry than in one that mentions everything.
-    lengths = {k: sum(c.values()) for k, c in counts_by_entry.items()}
+    # in a short entry than in one that mentions everything. Its reports do not make it longer.
     average = sum(lengths.values()) / max(len(lengths), 1)
     for entry_id, counts in counts_by_entry.items():
         scale = SATURATION * (1 - LENGTH_NORM + LENGTH_NORM * lengths[entry_id] / average)

@@ -11,7 +11,8 @@ Three signals per entry, from the compiled index (triage.core.match_index):
   phrasing, so a short symptom inside a long query is not a perfect match.
 They add up to a raw score. Whether to answer is a confidence model fitted on the corpus's train
 split (bench/fit_confidence.py): the probability that the best entry is right, from its raw score,
-its lead over the runner-up and whether a signature matched. Under the model's threshold the answer
+its lead over the runner-up, whether a signature matched, how many of the query's words the
+knowledge knows and what share it has never seen. Under the model's threshold the answer
 is "no entry matches this well". When the two best entries are close, the decision graph's question
 that separates them comes with the answer.
 """
@@ -53,16 +54,25 @@ FOREIGN_NOTE = 0.3
 class Confidence(NamedTuple):
     """A logistic model of "the best entry is right" (fitted on train by bench/fit_confidence.py):
     from the entry's word evidence (coverage and phrasing), its lead over the runner-up (raw
-    scores) and the strength of its matched error signature (0 when none matched)."""
+    scores), the strength of its matched error signature (0 when none matched), how many of the
+    query's words the knowledge knows (log(1 + n): a long real report says more than three words
+    that happen to be ours) and the share of its words the knowledge has never seen (users' own
+    reports are compiled in, so a text mostly about other things is likely about another domain).
+    Words the knowledge does not know never change the ranking, only this confidence."""
 
     bias: float = -3.0
     score: float = 4.0
     gap: float = 3.0
     signature: float = 5.0
+    known: float = 0.0
+    unknown: float = 0.0
     threshold: float = 0.5
 
-    def probability(self, score: float, gap: float, signature: float) -> float:
+    def probability(
+        self, score: float, gap: float, signature: float, known: int = 0, unknown: int = 0
+    ) -> float:
         z = self.bias + self.score * score + self.gap * gap + self.signature * signature
+        z += self.known * math.log1p(known) + self.unknown * unknown / max(known + unknown, 1)
         return 1 / (1 + math.exp(-max(-40.0, min(40.0, z))))
 
 
@@ -303,7 +313,8 @@ def rank(kb: KnowledgeBase, text: str, top: int = 5) -> Match:
     """Entries best first with their probabilities; the verdict says whether any matches well."""
     index = index_for(kb)
     text = text[:MAX_QUERY_CHARS]
-    terms, _unknown = query_terms(index, text)
+    terms, unknown = query_terms(index, text)
+    known = sum(1 for term in terms if PAIR not in term)
     coverage, phrase, names = _scores(index, terms)
     lowered = text.lower()
     scored = []
@@ -319,7 +330,7 @@ def rank(kb: KnowledgeBase, text: str, top: int = 5) -> Match:
     probability = 0.0
     for i, (raw, sig, entry_id, reasons, position) in enumerate(scored[: max(top, 1)]):
         gap = raw - (second_raw if i == 0 else best_raw)
-        p = conf.probability(raw - W_SIGNATURE * sig, gap, sig)
+        p = conf.probability(raw - W_SIGNATURE * sig, gap, sig, known, unknown)
         probability = p if i == 0 else probability
         if names[position]:
             heaviest = [t for _, t in sorted(names[position], reverse=True)[:5]]

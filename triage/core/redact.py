@@ -203,9 +203,32 @@ _PLACEHOLDER = _lazy(
 )
 
 
+# Punctuation that ends a sentence or a list around an unquoted value (`token=abc123,`, `(key=abc)`,
+# `see HF_TOKEN=abc.`): it stays in the output after the mark. A secret that really ends in one of
+# these shows that character, which is cheaper than output whose commas and brackets vanish.
+_TRAILING = ".,;:)]}>'\""
+_OPENER = {")": "(", "]": "[", "}": "{", ">": "<"}
+
+
+def _split_tail(value: str) -> tuple[str, str]:
+    """An unquoted value less the punctuation after it: (the value, the punctuation). A closing
+    bracket stays in the value when the value opened it (`pa(ss)`)."""
+    end = len(value)
+    while end > 0 and value[end - 1] in _TRAILING:
+        char = value[end - 1]
+        opener = _OPENER.get(char)
+        if opener is not None and value.count(opener, 0, end) >= value.count(char, 0, end):
+            break
+        end -= 1
+    return value[:end], value[end:]
+
+
 def _keep_head(match: re.Match[str]) -> str:
     rest = match[0][len(match["head"]) :]
-    return match[0] if rest.startswith(REDACTED) else f"{match['head']}{REDACTED}"
+    if rest.startswith(REDACTED):
+        return match[0]
+    value, tail = _split_tail(rest)
+    return match[0] if not value else f"{match['head']}{REDACTED}{tail}"
 
 
 def _url_password(match: re.Match[str]) -> str:
@@ -218,12 +241,15 @@ def _url_key(match: re.Match[str]) -> str:
 
 def _query(match: re.Match[str]) -> str:
     name = match["name"]
-    if match["value"] == REDACTED or not (is_secret_name(name) or name.lower() in _QUERY_SECRETS):
+    value, tail = _split_tail(match["value"])
+    if not value or value == REDACTED or not (is_secret_name(name) or name.lower() in _QUERY_SECRETS):
         return match[0]
-    return f"{match['lead']}{name}={REDACTED}"
+    return f"{match['lead']}{name}={REDACTED}{tail}"
 
 
-def _quoted_redacted(value: str) -> str:
+def _quoted_redacted(value: str) -> str | None:
+    """The value hidden: a quoted one keeps its quotes, an unquoted one the punctuation after it;
+    None when nothing of it is left to hide."""
     escape = value[: len(value) - len(value.lstrip("\\"))]
     if (
         escape
@@ -234,14 +260,24 @@ def _quoted_redacted(value: str) -> str:
         return f'{escape}"{REDACTED}{escape}"'
     if len(value) >= 2 and value[0] in "\"'" and value[-1] == value[0]:
         return f"{value[0]}{REDACTED}{value[0]}"
-    return REDACTED
+    value, tail = _split_tail(value)
+    return f"{REDACTED}{tail}" if value else None
+
+
+def _placeholder(value: str) -> bool:
+    return bool(_PLACEHOLDER().match(value) or _PLACEHOLDER().match(_split_tail(value)[0]))
+
+
+# Authorization schemes: `Authorization: Bearer <redacted>` keeps its scheme once the token is hidden.
+_SCHEMES = frozenset({"bearer", "basic", "token", "digest", "bot", "aws4-hmac-sha256"})
 
 
 def _flag(match: re.Match[str]) -> str | None:
     value = match["value"]
-    if not is_secret_name(match["flag"].lstrip("-")) or REDACTED in value or _PLACEHOLDER().match(value):
+    if not is_secret_name(match["flag"].lstrip("-")) or REDACTED in value or _placeholder(value):
         return None
-    return f"{match['flag']}{match['sep']}{_quoted_redacted(value)}"
+    hidden = _quoted_redacted(value)
+    return None if hidden is None else f"{match['flag']}{match['sep']}{hidden}"
 
 
 def _assignment(match: re.Match[str]) -> str | None:
@@ -249,11 +285,13 @@ def _assignment(match: re.Match[str]) -> str | None:
     if (
         not is_secret_name(match["name"])
         or REDACTED in value
-        or _PLACEHOLDER().match(value)
+        or _placeholder(value)
         or not value.strip("\"'")
+        or (value.lower() in _SCHEMES and match.string[match.end() :].lstrip(" \t").startswith(REDACTED))
     ):
         return None
-    return f"{match['name']}{match['sep']}{_quoted_redacted(value)}"
+    hidden = _quoted_redacted(value)
+    return None if hidden is None else f"{match['name']}{match['sep']}{hidden}"
 
 
 class _Inside:

@@ -3,9 +3,11 @@
 Both sides go through the same steps, so a phrasing and an entry meet on the same terms:
 
 1. What is not evidence goes: URLs, source files and file:line references (`distributed_c10d.py:
-   400`, anything under site-packages), bare numbers and their units, hex ids and addresses.
+   400`, anything under site-packages), bare numbers and their units (apart or glued on: 24GB),
+   hex ids and addresses.
 2. Identifiers are split into words (camelCase, snake_case, kebab-case) and their joined form is
-   kept too: all_reduce, AllReduce, all-reduce and ALLREDUCE all give "allreduce".
+   kept too: all_reduce, AllReduce, all-reduce and ALLREDUCE all give "allreduce". A brand spelt
+   with a two-letter hump (PyTorch, ZeRO, LoRA) stays one word.
 3. Words are lower-cased, accents folded and stemmed. Words in other scripts are kept as they are;
    the knowledge is written in English, so they never meet it and count for nothing either way.
 4. Vocabulary variants (knowledge/vocabulary.yaml, and the collective names of COLLECTIVES) are
@@ -60,6 +62,8 @@ _HUMP = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"  # compiled (by re.su
 _SIZE_UNITS = frozenset({"KiB", "MiB", "GiB", "TiB", "PiB"})
 # Units that only ever follow a number: no more evidence than the number itself.
 UNITS = frozenset({"kib", "mib", "gib", "tib", "kb", "mb", "gb", "tb", "ms", "sec", "secs"})
+# ... or are glued to it: 24gb, 500ms, 13b (parameters), 8x (GPUs): a number all the same.
+NUMBER_SUFFIXES = UNITS | {"b", "k", "m", "x"}
 _HEX_DIGITS = frozenset("0123456789abcdef")
 _FRAME = r'File "[^"\n]*", line \d+,?'  # a traceback frame's header: where, not what
 _TRIM = "\"'`()[]{}<>,;!?"
@@ -85,6 +89,12 @@ def _is_acronym(piece: str) -> bool:
     return piece in _SIZE_UNITS or (
         piece.endswith("s") and len(letters) >= 2 and all("A" <= c <= "Z" for c in letters)
     )
+
+
+def _is_stub(hump: str) -> bool:
+    """A two-letter hump of a brand's spelling (the "Py" of PyTorch, "Ze" of ZeRO, "Lo" of LoRA):
+    the name is one word, not a stub and a rest that mean nothing apart."""
+    return len(hump) == 2 and "A" <= hump[0] <= "Z" and "a" <= hump[1] <= "z"
 
 
 def _is_hex(word: str) -> bool:
@@ -135,7 +145,8 @@ def identifiers(text: str) -> Iterator[list[str]]:
                 if piece.isupper() or piece.islower() or not piece.isascii() or _is_acronym(piece):
                     parts.append(piece)
                 else:
-                    parts.extend(re.sub(_HUMP, " ", piece).split())
+                    humps = re.sub(_HUMP, " ", piece).split()
+                    parts.extend([piece] if any(_is_stub(h) for h in humps) else humps)
             yield [_fold(p.lower()) for p in parts if p]
 
 
@@ -183,11 +194,17 @@ def stem(word: str) -> str:
     return word
 
 
+def _with_unit(word: str) -> bool:
+    """A number with its unit glued on (24gb, 500ms, 13b)."""
+    number = word.rstrip("abcdefghijklmnopqrstuvwxyz")
+    return bool(number) and number.isdecimal() and word[len(number) :] in NUMBER_SUFFIXES
+
+
 def _term(word: str) -> tuple[str, bool]:
     """(term, keep): stopwords and numbers stay in the sequence for variants, then go."""
     if word in STOPWORDS:
         return word, False
-    if len(word) < 2 or word in UNITS or is_number(word):
+    if len(word) < 2 or word in UNITS or is_number(word) or _with_unit(word):
         return word, False
     return stem(word), True
 

@@ -116,16 +116,18 @@ class _Postings(Mapping[str, str]):
 
 def with_docs(kb: KnowledgeBase, root: str | None = None) -> KnowledgeBase:
     """Attach the parsed Markdown of every entry (imports markdown-it) and the matcher's index, with
-    the English background and, from `root`, the confidence model (triage.kb.matching)."""
+    the English background and, from `root`, the confidence model and the labelled reports
+    (triage.kb.matching)."""
     from triage.core.match_index import build_index_data, compact_index
     from triage.kb import markdown_ast
-    from triage.kb.matching import english_zipf, read_confidence
+    from triage.kb.matching import english_zipf, read_confidence, read_reports
 
     docs = {
         e.id: {name: markdown_ast.parse(getattr(e, name)) for name in DOC_FIELDS} for e in kb.entries.values()
     }
     confidence = read_confidence(root) if root is not None else None
-    index = compact_index(build_index_data(kb, english_zipf(), confidence))
+    reports = read_reports(root) if root is not None else None
+    index = compact_index(build_index_data(kb, english_zipf(), confidence, reports))
     return kb._replace(docs=docs, match_index=index)
 
 

@@ -5,6 +5,9 @@
   moderately rare, and `triage kb check` reports compiled.json as written differently.
 - The confidence model (knowledge/confidence.yaml, written by bench/fit_confidence.py from the
   corpus's train split): when `ask` answers and when it says nothing matches well.
+- The labelled reports (knowledge/reports.yaml, written by the same script from the same train
+  split, never from test): real users' descriptions of each entry, compiled into the index as
+  further phrasings of its symptoms.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from triage.core.errors import UserError
 from triage.core.matcher import Confidence
 from triage.kb.fingerprint import OPTIONAL_FILES
 
-CONFIDENCE_NAME = OPTIONAL_FILES[0]
+CONFIDENCE_NAME, REPORTS_NAME = OPTIONAL_FILES
 
 
 def english_zipf() -> Callable[[str], float] | None:
@@ -35,18 +38,25 @@ def english_zipf() -> Callable[[str], float] | None:
     return lookup
 
 
-def read_confidence(root: str | os.PathLike[str]) -> dict[str, float] | None:
-    """The fitted confidence model, or None when the knowledge has none (the defaults apply)."""
+def _optional_yaml(path: str) -> object:
+    """An optional knowledge file's YAML, or None when the file is absent."""
     import yaml
 
-    path = os.path.join(os.fspath(root), CONFIDENCE_NAME)
     if not os.path.isfile(path):
         return None
     try:
         with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
+            return yaml.safe_load(handle)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise UserError(f"{path}: cannot be read as YAML ({type(exc).__name__})") from None
+
+
+def read_confidence(root: str | os.PathLike[str]) -> dict[str, float] | None:
+    """The fitted confidence model, or None when the knowledge has none (the defaults apply)."""
+    path = os.path.join(os.fspath(root), CONFIDENCE_NAME)
+    data = _optional_yaml(path)
+    if data is None:
+        return None
     model = data.get("model") if isinstance(data, dict) else None
     if not isinstance(model, dict) or set(model) != set(Confidence._fields):
         fields = ", ".join(Confidence._fields)
@@ -62,3 +72,18 @@ def read_confidence(root: str | os.PathLike[str]) -> dict[str, float] | None:
     if not 0 < values["threshold"] < 1:
         raise UserError(f"{path}: model.threshold must lie between 0 and 1")
     return values
+
+
+def read_reports(root: str | os.PathLike[str]) -> dict[str, list[str]] | None:
+    """Entry id -> the labelled train reports of it, or None when the knowledge has none."""
+    path = os.path.join(os.fspath(root), REPORTS_NAME)
+    data = _optional_yaml(path)
+    if data is None:
+        return None
+    reports = data.get("reports") if isinstance(data, dict) else None
+    if not isinstance(reports, dict) or not all(
+        isinstance(k, str) and isinstance(v, list) and all(isinstance(t, str) for t in v)
+        for k, v in reports.items()
+    ):
+        raise UserError(f"{path}: needs a `reports:` mapping of entry ids to lists of texts")
+    return {k: list(v) for k, v in reports.items()}

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from triage.core.logscan.rules import is_launcher
 from triage.core.logscan.scanner import SIGTERM_EXIT, Event, Scan
 from triage.core.logscan.verdict import Diagnosis, Verdict, order_events
-from triage.render.ranks import RankRow
+from triage.render.ranks import RankRow, rank_ranges
 
 
 def shown_score(score: float) -> float:
@@ -72,7 +72,8 @@ def summary_lines(scan: Scan, verdict: Verdict) -> list[str]:
 
 
 def _ranks(ranks: Sequence[int]) -> str:
-    return ", ".join(str(r) for r in ranks)
+    """`1-7, 9` rather than every number: a job of 4,096 ranks fits on a line."""
+    return rank_ranges(ranks).replace(",", ", ")
 
 
 def evidence(diagnosis: Diagnosis) -> list[Event]:

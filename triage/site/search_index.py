@@ -70,6 +70,7 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
         "stopwords": sorted(text.STOPWORDS),
         "pluralAcronyms": sorted(text.PLURAL_ACRONYMS),
         "units": sorted(text.UNITS),
+        "numberSuffixes": sorted(text.NUMBER_SUFFIXES),
         "variants": index.normalizer.variant_table(),
         "postings": dict(data["postings"]),  # type: ignore[call-overload]
         "signatures": [signatures[e.id] for e in index.entries],

@@ -51,6 +51,7 @@
           if (!piece) return;
           var parts = isUpper(piece) || isLower(piece) || !isAscii(piece) || ACRONYMS.test(piece)
             ? [piece] : piece.replace(HUMP, " ").split(/\s+/).filter(Boolean);
+          if (parts.some(function (h) { return /^[A-Z][a-z]$/.test(h); })) parts = [piece];
           parts.forEach(function (p) { words.push(fold(p.toLowerCase())); });
         });
         words.forEach(function (w) { out.push(w); });
@@ -85,11 +86,13 @@
 
   function prepare(data) {
     var m = data.model, stop = new Set(data.stopwords), units = new Set(data.units);
+    var suffixes = new Set(data.numberSuffixes);
+    function withUnit(w) { var g = /^(\p{Nd}+)([a-z]+)$/u.exec(w); return g !== null && suffixes.has(g[2]); }
     var stem = stemmer(new Set(data.pluralAcronyms));
     var variants = data.variants;
     function sequence(text) {
       return rawWords(text).map(function (w) {
-        if (stop.has(w) || len(w) < 2 || units.has(w) || isNumber(w)) return [w, false];
+        if (stop.has(w) || len(w) < 2 || units.has(w) || isNumber(w) || withUnit(w)) return [w, false];
         return [stem(w), true];
       });
     }
@@ -192,14 +195,16 @@
   function queryTerms(x, text) {
     var m = x.m, tokens = x.tokens(text), all = pairs(tokens), first = new Map(), terms = new Map();
     all.forEach(function (t, position) { if (!first.has(t)) first.set(t, position < tokens.length ? position : position - tokens.length); });
+    var unknown = 0;
     first.forEach(function (at, term) {
       var lead = at < m.leadTerms ? 1 : Math.pow(m.leadTerms / (at + 1), m.leadDecay);
       var p = x.posting(term);
       if (p) { terms.set(term, Math.max(terms.has(term) ? terms.get(term) : 0, p[0] * lead)); return; }
       var fixed = term.indexOf("+") < 0 ? x.correct(term) : null, fp = fixed ? x.posting(fixed) : null;
       if (fixed && fp) terms.set(fixed, Math.max(terms.has(fixed) ? terms.get(fixed) : 0, fp[0] * m.typoDiscount * lead));
+      else if (term.indexOf("+") < 0) unknown++;
     });
-    return terms;
+    return [terms, unknown];
   }
 
   // The parts of `text` a signature is searched in (triage/core/safe_regex.py windows): all of a
@@ -228,15 +233,18 @@
     return out;
   }
 
-  function probability(c, score, gap, signature) {
-    var z = c.bias + c.score * score + c.gap * gap + c.signature * signature;
+  function probability(c, score, gap, signature, known, unknown) {
+    var z = c.bias + c.score * score + c.gap * gap + c.signature * signature + c.known * Math.log1p(known);
+    z += c.unknown * unknown / Math.max(known + unknown, 1);
     return 1 / (1 + Math.exp(-Math.max(-40, Math.min(40, z))));
   }
 
   function rank(text) {
     var x = model, m = x.m, size = x.entries.length;
     text = text.slice(0, m.maxChars);
-    var terms = queryTerms(x, text), ordered = Array.from(terms.keys()).sort();
+    var found = queryTerms(x, text), terms = found[0], unknown = found[1];
+    var ordered = Array.from(terms.keys()).sort();
+    var known = ordered.filter(function (t) { return t.indexOf("+") < 0; }).length;
     var explained = new Array(size).fill(0), total = 0, common = new Map();
     ordered.forEach(function (t) {
       var w = terms.get(t), p = x.posting(t);
@@ -270,7 +278,7 @@
     var c = m.confidence, top = scored.length ? scored[0].raw : 0, second = scored.length > 1 ? scored[1].raw : 0;
     scored.forEach(function (r, i) {
       var words = r.raw - m.wSignature * r.signature, gap = r.raw - (i === 0 ? second : top);
-      r.probability = probability(c, words, gap, r.signature);
+      r.probability = probability(c, words, gap, r.signature, known, unknown);
       r.score = Math.round(1000 * r.probability) / 1000;
     });
     return scored;
