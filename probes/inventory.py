@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from probes.env import MPI_VARIABLES, RANK_VARIABLES, SLURM_VARIABLES
-from probes.gpu import _text, driver_versions, import_pynvml
+from probes.gpu.nvml import driver_versions, import_pynvml, text
 from probes.subproc import run_command
 from triage.core.inventory import Inventory
 from triage.core.redact import redact_env, redact_text
@@ -67,7 +67,7 @@ def nvml_inventory() -> tuple[str, str, tuple[str, ...], str]:
     try:
         driver, cuda_driver = driver_versions(nvml)
         count = int(nvml.nvmlDeviceGetCount())
-        names = tuple(_text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count))
+        names = tuple(text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count))
         return driver, cuda_driver, names, ""
     except Exception as exc:
         return "", "", (), f"GPUs and driver: NVML failed ({type(exc).__name__}: {exc})"

@@ -367,8 +367,10 @@ def probe(options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
         report.notes.insert(0, f"master port {port} is taken ({holder})")
     proof.append(evidence(f"master port {port}", "\n".join(port_lines)))
 
+    peer = ""
     if options.peer_host:
-        proof.append(evidence(f"peer {options.peer_host}", _peer_route(options.peer_host, port, interfaces)))
+        peer = _peer_route(options.peer_host, port, interfaces)
+        proof.append(evidence(f"peer {options.peer_host}", peer))
 
     flagged = [
         name
@@ -385,4 +387,6 @@ def probe(options: ProbeOptions, cancel: threading.Event) -> ProbeResult:
     else:
         data = [f"{i.name} mtu {i.mtu}" for i in interfaces if i.data_candidate]
         summary = f"port {port} free; data interfaces: {', '.join(data) or 'none up'}"
+    if peer:  # the user named the host: what was found towards it belongs in the one line
+        summary += "; peer " + "; ".join(peer.splitlines())
     return ProbeResult(NAME, status, report.facts, tuple(proof), summary=summary, flagged=tuple(flagged))

@@ -24,6 +24,17 @@ SITE_KB = (
     FIXTURES / "kb" / "site"
 )  # entries whose Markdown exercises the docs site (see fixtures/kb/README.md)
 
+# Tests that use these fixtures open a headless Chromium: `slow` whatever their module says, so
+# `make test-fast` never starts a browser.
+BROWSER_FIXTURES = frozenset({"browser", "open_tab"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if BROWSER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def kb() -> KnowledgeBase:

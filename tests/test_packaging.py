@@ -84,28 +84,24 @@ def test_installed_wheel_answers_from_any_directory(wheel: Path, tmp_path: Path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRIAGE_KNOWLEDGE")}
-    result = subprocess.run(
-        [str(venv / "bin" / "triage"), "ask", "--json", "hangs at end of epoch"],
-        cwd=elsewhere,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+
+    def installed_triage(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(venv / "bin" / "triage"), *args],
+            cwd=elsewhere,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    result = installed_triage("ask", "--json", "hangs at end of epoch")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["best"]["id"] in ("D9", "D22")
     assert data["best"]["source"].startswith("entries/")
-    check = subprocess.run(
-        [str(venv / "bin" / "triage"), "kb", "check"],
-        cwd=elsewhere,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    check = installed_triage("kb", "check")
     assert check.returncode == 0, check.stderr
     assert "_knowledge" in check.stdout  # the bundled copy, not a checkout
 

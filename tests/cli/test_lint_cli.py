@@ -160,6 +160,19 @@ def test_a_launch_script_with_restarts_checks_the_script_it_starts(run_cli: Run,
     assert f"--max-restarts=3 in {tmp_path / 'run.sh'}:2" in finding["message"]
 
 
+def test_a_launch_script_checks_the_script_it_starts(run_cli: Run, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(
+        "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+        "if dist.get_rank() == 0:\n    dist.barrier()\n"
+    )
+    (tmp_path / "run.sh").write_text("#!/bin/sh\ntorchrun --nproc-per-node=2 train.py\n")
+    result = run_cli("lint", "--json", "--select", "TRG021", str(tmp_path / "run.sh"))
+    assert result.returncode == 1, result.stderr
+    assert [(f["path"], f["code"]) for f in json.loads(result.stdout)["findings"]] == [
+        (str(tmp_path / "train.py"), "TRG021")
+    ]
+
+
 @pytest.mark.parametrize(
     ("name", "data", "problem"),
     [

@@ -26,9 +26,10 @@ PROBE = textwrap.dedent(
 )
 
 
-def test_importing_the_core_and_running_ask_and_walk_does_not_import_textual() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE],
+def fresh_python(code: str) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a new interpreter from the repository, as a user's process would start."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -36,6 +37,10 @@ def test_importing_the_core_and_running_ask_and_walk_does_not_import_textual() -
         timeout=60,
         check=False,
     )
+
+
+def test_importing_the_core_and_running_ask_and_walk_does_not_import_textual() -> None:
+    done = fresh_python(PROBE)
     assert done.returncode == 0, done.stderr
     status, modules = done.stdout.strip().splitlines()[-2:]
     assert status == "0 0 True True"
@@ -44,14 +49,7 @@ def test_importing_the_core_and_running_ask_and_walk_does_not_import_textual() -
 
 def test_the_app_module_does_import_textual() -> None:
     """The check above would pass vacuously if textual were never importable here."""
-    done = subprocess.run(
-        [sys.executable, "-c", "import sys, triage.tui.app; print('textual' in sys.modules)"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-    )
+    done = fresh_python("import sys, triage.tui.app; print('textual' in sys.modules)")
     assert done.stdout.strip() == "True", done.stderr
 
 
@@ -69,14 +67,6 @@ ASK_ONLY = textwrap.dedent(
 
 
 def test_the_ask_path_loads_no_textual_torch_yaml_or_markdown() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", ASK_ONLY],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-        check=False,
-    )
+    done = fresh_python(ASK_ONLY)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] in ("0 []", "1 []"), done.stdout

@@ -11,11 +11,12 @@ import pynvml
 import pytest
 
 from probes import gpu
+from probes.gpu import health, smi
 from tests.probes.fake_nvml import GIB, FakeGpu, make_nvml
-from triage.core.facts import ProbeOptions
+from triage.core.facts import ProbeOptions, ProbeResult
 
 
-def run_with(monkeypatch: pytest.MonkeyPatch, module: object) -> gpu.ProbeResult:
+def run_with(monkeypatch: pytest.MonkeyPatch, module: object) -> ProbeResult:
     monkeypatch.setitem(sys.modules, "pynvml", module)
     return gpu.probe(ProbeOptions(timeout_s=5), threading.Event())
 
@@ -122,7 +123,7 @@ def test_this_machine() -> None:
 
 
 def test_fabricmanager_without_systemd_is_unknown() -> None:
-    state, proof = gpu.fabricmanager_state(2.0, threading.Event())
+    state, proof = smi.fabricmanager_state(2.0, threading.Event())
     if Path("/run/systemd/system").is_dir():
         assert state in ("active", "inactive", "not_installed", "unknown")
         assert proof[0].source == "systemctl is-active nvidia-fabricmanager"
@@ -142,12 +143,12 @@ GPU-5d8e2c6a-1b2c-4d5e-8f90-123456789abc, 4243, /usr/bin/python3, 22500
 
 
 def test_nvidia_smi_csv() -> None:
-    gpus = gpu.parse_smi(SMI_GPUS, SMI_APPS)
+    gpus = smi.parse_smi(SMI_GPUS, SMI_APPS)
     assert [g.index for g in gpus] == [0, 1, 2]
     assert gpus[0].memory_used == 45012 << 20 and gpus[0].util_gpu == 99
     assert [p.pid for p in gpus[0].processes] == [4242, 4243] and not gpus[1].processes
     assert gpus[2].memory_used is None and gpus[2].util_gpu is None
-    facts = gpu.facts_from_gpus(gpus)
+    facts = health.facts_from_gpus(gpus)
     assert facts["gpu.all_ranks_on_gpu0"] is True
     assert "gpu.zombie_memory" not in facts  # GPU 2 cannot say: the probe does not guess
     assert "gpu.nvswitch" not in facts
@@ -189,7 +190,7 @@ def test_more_local_processes_than_visible_gpus(monkeypatch: pytest.MonkeyPatch)
     [(None, 4, 4), ("", 4, 0), ("0,1", 4, 2), ("3,7,1", 4, 1), ("GPU-ab12,GPU-cd34", 8, 2)],
 )
 def test_visible_gpus_follow_cuda_semantics(cvd: str | None, count: int, visible: int) -> None:
-    assert gpu.visible_gpus(count, cvd) == visible
+    assert health.visible_gpus(count, cvd) == visible
 
 
 def test_ecc_errors_and_xid_are_hardware_errors(monkeypatch: pytest.MonkeyPatch) -> None:

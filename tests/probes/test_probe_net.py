@@ -191,3 +191,4 @@ def test_a_named_peer_is_routed_and_connected(monkeypatch: pytest.MonkeyPatch) -
     peer = next(e for e in result.evidence if e.source == "peer 127.0.0.1")
     assert "route leaves from 127.0.0.1 on lo" in peer.output
     assert f"TCP connect to port {port}: open" in peer.output
+    assert "peer 127.0.0.1 resolves to 127.0.0.1; route leaves from 127.0.0.1 on lo" in result.summary

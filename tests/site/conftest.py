@@ -9,6 +9,8 @@ do not skip: the site's search and diagram are only tested there.
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,3 +115,18 @@ def copy_kb(target: Path) -> Path:
     """A writable copy of the fixture knowledge base."""
     shutil.copytree(FIXTURE_KB, target)
     return target
+
+
+def mkdocs_build(project: Path, config: str, *options: str) -> str:
+    """`mkdocs build` in `project` with `config` as its mkdocs.yml; it must succeed. Its stderr."""
+    (project / "mkdocs.yml").write_text(config, encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", *options],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stderr

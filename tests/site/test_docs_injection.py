@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.site.conftest import Tab, copy_kb
+from tests.site.conftest import Tab, copy_kb, mkdocs_build
 from triage.kb.loader import load_kb
 from triage.site.builder import build
+
+HOSTILE_MKDOCS = "site_name: hostile\n"
 
 PAYLOAD = "<script>window.__pwned = 1</script>"
 IMG = '<img src="x" onerror="window.__pwned = 2">'
@@ -106,13 +106,14 @@ def test_browser_shows_the_markup_as_text_and_runs_none(
     assert tab.problems == []
 
 
+@pytest.mark.slow  # runs a full mkdocs build
 def test_markdown_export_escapes_markup_for_mkdocs(hostile_kb: Path, tmp_path: Path) -> None:
     project = tmp_path / "project"
     out = project / "docs" / "kb"
     build(load_kb(hostile_kb, use_compiled=False), out, "markdown")
     source = (out / "D23.md").read_text(encoding="utf-8")
     assert "<script>window" not in source.replace("`<script>kept as code</script>`", "")
-    mkdocs_build(project, "--strict")
+    mkdocs_build(project, HOSTILE_MKDOCS, "-q", "--strict")
     html = (project / "site" / "kb" / "D23" / "index.html").read_text(encoding="utf-8")
     assert "<script>window" not in html and "<img" not in html and "<iframe" not in html
     assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in html
@@ -159,7 +160,7 @@ def test_markdown_export_in_mkdocs_runs_none_of_the_payloads(
     (root / "entries" / "D23-hostile.yaml").write_text(MARKDOWN_ENTRY, encoding="utf-8")
     project = tmp_path / "project"
     build(load_kb(root, use_compiled=False), project / "docs" / "kb", "markdown")
-    mkdocs_build(project)
+    mkdocs_build(project, HOSTILE_MKDOCS, "-q")
     pages = sorted((project / "site" / "kb").rglob("index.html"))
     assert any("D23" in str(p) for p in pages)
     tab = open_tab()
@@ -182,17 +183,3 @@ def test_markdown_export_in_mkdocs_runs_none_of_the_payloads(
     assert "window.__pwned = 1" in shown and "click 6" in shown  # shown as text, not dropped
     # (MkDocs' own theme fails to fetch its CDN script offline; that is not ours to judge)
     assert not [p for p in tab.problems if "dialog" in p or "pwned" in p], tab.problems
-
-
-def mkdocs_build(project: Path, *options: str) -> None:
-    """`mkdocs build` of the export under `project/docs`, with the default theme."""
-    (project / "mkdocs.yml").write_text("site_name: hostile\n", encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "-q", *options],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr

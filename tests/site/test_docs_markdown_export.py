@@ -4,13 +4,12 @@ validation turned up to warnings passes, using the generated nav snippet as it i
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.site.conftest import mkdocs_build
 from triage.core.lint import RULES
 from triage.core.model import KnowledgeBase
 
@@ -37,18 +36,8 @@ def test_mkdocs_strict_build_of_the_export(
     (project / "docs" / "index.md").write_text("# Team docs\n\nSee [triage](triage/index.md).\n")
     shutil.copytree(real_markdown, project / "docs" / "triage")
     snippet = (real_markdown / "mkdocs-nav.yml").read_text(encoding="utf-8")
-    (project / "mkdocs.yml").write_text(MKDOCS_YML + snippet, encoding="utf-8")
-
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict"],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "WARNING" not in result.stderr, result.stderr
+    stderr = mkdocs_build(project, MKDOCS_YML + snippet, "--strict")
+    assert "WARNING" not in stderr, stderr
 
     site = project / "site" / "triage"
     for entry in real_kb.entries:

@@ -3,8 +3,8 @@ distributed run, before it launches on 64 GPUs.
 
 This module is the command: finding and reading the files, the `[tool.triage.lint]` table of
 pyproject.toml, and the printing. The analysis is triage.core.lint, which gets source text only.
-Shell scripts (`.sh`) are read for torchrun command lines: a script they start with
-`--max-restarts` is linted knowing it is restarted (MN5).
+Shell scripts (`.sh`) are read for torchrun command lines: the script each one starts is linted,
+and one started with `--max-restarts` knowing it is restarted (MN5).
 """
 
 from __future__ import annotations
@@ -206,13 +206,14 @@ def _read_launches(path: Path, named: bool, work: Work, python: list[tuple[Path,
         return
     work.shell_files += 1
     for launch in find_launches(text):
-        if launch.max_restarts <= 0 or launch.script.startswith("-m "):
+        if launch.script.startswith("-m "):
             continue
         for base in (path.parent, Path.cwd()):
             script = base / launch.script
             if script.is_file():
-                key = _key(script)
-                work.launches.setdefault(key, LaunchFacts(launch.max_restarts, f"{path}:{launch.line}"))
+                if launch.max_restarts > 0:
+                    key = _key(script)
+                    work.launches.setdefault(key, LaunchFacts(launch.max_restarts, f"{path}:{launch.line}"))
                 python.append((script, False))
                 break
 

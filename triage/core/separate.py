@@ -7,7 +7,8 @@ Of those questions the most specific one (the fewest entries below it) is asked.
 
 from __future__ import annotations
 
-from triage.core.model import KnowledgeBase, ProbeNode, QuestionNode
+from triage.core.graph import exits
+from triage.core.model import KnowledgeBase, QuestionNode
 
 TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
 if TYPE_CHECKING:
@@ -42,13 +43,8 @@ def reachable(kb: KnowledgeBase) -> dict[str, frozenset[str]]:
             return memo[target]
         if target in visiting:
             return frozenset()
-        node = nodes[target]
         inside = visiting | {target}
-        if isinstance(node, QuestionNode):
-            targets = [o.target for o in node.options] + ([node.unknown] if node.unknown else [])
-        else:
-            assert isinstance(node, ProbeNode)
-            targets = [*node.branches.values(), node.fallback, *([node.default] if node.default else [])]
+        targets = [e.target for e in exits(nodes[target])]
         found = frozenset().union(*(walk(t, inside) for t in targets)) if targets else frozenset()
         memo[target] = found
         return found

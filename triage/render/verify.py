@@ -30,6 +30,13 @@ def changes_phrase(entry: Entry) -> str:
     return ", ".join(words[:-1]) + " and " + words[-1]
 
 
+def badge_meaning() -> str:
+    """What every fix with the badge does, as the end of a sentence ("... fixes that <this>."),
+    naming every kind of change the knowledge can mark."""
+    words = list(CHANGE_WORDS.values())
+    return f"change {', '.join(words[:-1])} or {words[-1]}, so the experiment's numbers must be checked again"
+
+
 def verify_headline(entry: Entry) -> str:
     """One line saying whether the fix changes the experiment, naming what it changes."""
     if entry.verify.needed:

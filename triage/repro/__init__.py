@@ -224,6 +224,56 @@ SCENARIOS: tuple[Scenario, ...] = (
         },
     ),
     Scenario(
+        "P6",
+        "rank 1 segfaults in native code mid-training, with no Python traceback",
+        "train_segfault.py",
+        expect="P6",
+        first_rank=1,
+    ),
+    Scenario(
+        "D19-SIZE",
+        "the ranks all-reduce tensors of different sizes (gloo aborts on the mismatch)",
+        "collective_sizes.py",
+        expect="D19",
+        first_rank=0,  # the rank that receives more bytes than it expects aborts; the other is reset
+        skip={
+            "debug-detail": "under DETAIL every rank names the mismatch at once: that run is the D19 scenario's"
+        },
+    ),
+    Scenario(
+        "E13",
+        "MASTER_ADDR names a head node that does not resolve on this node",
+        "unresolvable_master.py",
+        expect="E13",
+        first_rank=None,
+        launch="python",
+        bound_s=40,
+    ),
+    Scenario(
+        "D9-NOJOIN",
+        "rank 1 has fewer batches and leaves; rank 0 loses its peer in the next all-reduce (no Join)",
+        "train_uneven_no_join.py",
+        expect="D9",
+        first_rank=0,  # the rank with the extra batch is the one that fails
+    ),
+    Scenario(
+        "P4",
+        "rank 1 calls sys.exit(3) without printing why while rank 0 waits in the all-reduce",
+        "exit_without_traceback.py",
+        expect="P4",
+        first_rank=1,
+    ),
+    Scenario(
+        "E17",
+        "GLOO_SOCKET_IFNAME names an interface this host does not have",
+        "gloo_wrong_interface.py",
+        expect="E17",
+        first_rank=None,  # every rank fails the same way
+        env={"GLOO_SOCKET_IFNAME": "ib-does-not-exist0"},
+        torchrun_args=("--tee", "3"),  # the failure is in init, before torch prefixes lines with the rank
+        skip={"tee": "the scenario already runs with --tee", "log-dir": "--tee and --log-dir together"},
+    ),
+    Scenario(
         "E12",
         "gradient accumulation with no_sync() on every micro-step: replicas compared after the step",
         "accumulation_never_syncs.py",

@@ -34,7 +34,7 @@ from triage.render.document import (
     md_link,
 )
 from triage.render.lint_page import RULES_PAGE, RULES_TITLE, rule_title
-from triage.render.verify import VERIFY_BADGE
+from triage.render.verify import VERIFY_BADGE, badge_meaning
 from triage.site import lint_pages
 from triage.site.diagram import layout, render_svg
 from triage.site.markdown_html import MarkdownHtml
@@ -130,8 +130,7 @@ def index_markdown(kb: KnowledgeBase) -> str:
         "",
         f"{len(kb.entries)} entries on distributed PyTorch jobs that will not launch, hang, or silently "
         f"mis-shard. Browse by section or follow the [{GRAPH_TITLE.lower()}](graph.md). Entries marked "
-        f"*{VERIFY_BADGE}* have fixes that change batch size, learning rate, precision, data order or "
-        "the resume point, so the experiment's numbers must be checked again.",
+        f"*{VERIFY_BADGE}* have fixes that {badge_meaning()}.",
         "",
     ]
     for section in kb.sections:

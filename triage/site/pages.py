@@ -21,7 +21,7 @@ from triage.render.document import (
     md_inline,
     slugify,
 )
-from triage.render.verify import NO_VERIFY_LABEL, VERIFY_BADGE
+from triage.render.verify import NO_VERIFY_LABEL, VERIFY_BADGE, badge_meaning
 from triage.site.markdown_html import MarkdownHtml
 
 SITE_TITLE = "triage knowledge base"
@@ -119,9 +119,8 @@ def index_page(kb: KnowledgeBase, mdh: MarkdownHtml) -> str:
         "or silently mis-shard (torchrun, DDP, FSDP, DeepSpeed, Accelerate, NCCL, multi-node). Search "
         "above with your own words or a pasted error line, browse by section, or "
         f'<a href="graph.html">follow the {GRAPH_TITLE.lower()}</a> from “what do you see?”.</p>',
-        f'<p class="legend">{verify_count} fixes carry the badge {_legend_badge()}: applying them '
-        "changes batch size, learning rate, precision, data order or the resume point, so the "
-        "experiment's numbers must be checked again.</p>",
+        f'<p class="legend">{verify_count} fixes carry the badge {_legend_badge()}: they '
+        f"{escape(badge_meaning())}.</p>",
         f'<nav class="toc" aria-label="Sections"><h2 class="visually-hidden">Sections</h2><ul>{toc}</ul></nav>',
     ]
     for section in known:

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--report-dir",
         type=Path,
         metavar="DIR",
-        help="where exported reports go (default: current directory)",
+        help="where exported reports go, created at the first export if missing (default: current directory)",
     )
     parser.add_argument("--light", action="store_true", help="start with the light theme")
 
@@ -39,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from triage.core.errors import UserError
 
     options = probe_options(args)
-    if args.report_dir is not None and not args.report_dir.is_dir():
-        raise UserError(f"--report-dir: not a directory: {args.report_dir}")
+    if args.report_dir is not None:
+        _check_report_dir(args.report_dir)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UserError(
             "the interactive app needs a terminal; in scripts use `triage walk --answer NODE=N --json` "
@@ -58,3 +58,15 @@ def run(args: argparse.Namespace) -> int:
     )
     app.run()
     return app.return_code or Exit.OK
+
+
+def _check_report_dir(path: Path) -> None:
+    """A folder, or a name the first export can create one at (its parent is a folder)."""
+    from triage.core.errors import UserError
+
+    if path.is_dir():
+        return
+    if path.exists() or path.is_symlink():
+        raise UserError(f"--report-dir: not a directory: {path}")
+    if not path.absolute().parent.is_dir():
+        raise UserError(f"--report-dir: {path}: its parent folder does not exist")

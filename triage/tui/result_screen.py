@@ -225,6 +225,7 @@ class ResultScreen(Screen[ResultAction | None]):
         text = build_report(session.kb, data)
         app_dir = getattr(app, "report_dir", None)
         directory = Path(app_dir) if app_dir is not None else Path.cwd()
+        directory.mkdir(exist_ok=True)  # --report-dir names a folder the first export creates
         return write_new(directory, report.report_filename(self.entry.id, now), text)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:

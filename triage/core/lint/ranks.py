@@ -6,111 +6,33 @@ dist.get_rank()`), and a rank condition through names too (`is_main = rank == 0`
 `accelerator.is_main_process`, `trainer.is_global_zero`, `local_rank in (-1, 0)`). Comparisons
 with -1 test "is this a distributed run at all" and hold on every rank alike, so they gate nothing.
 
-A gate is the innermost rank condition a statement runs under: the body of `if rank == 0:`, its
-`else`, the rest of a block after `if rank != 0: return`, or a `@rank_zero_only` function.
+The words of ranks are in `rank_terms`, the gates statements run under in `rank_gates`, and which
+code runs per rank at all (mp.spawn) in `rank_processes`; `RankModel` is what a check asks.
 """
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
-from typing import Literal, cast
+from typing import cast
 
-from triage.core import launchers
-from triage.core.lint.script import FunctionNode, Scope, Script, const_int, dotted
-
-Side = Literal["zero", "nonzero", "other"]
-RankKind = Literal["global", "local"]
-
-GLOBAL_RANK_NAMES = frozenset(
-    {"rank", "global_rank", "world_rank", "ddp_rank", "process_rank", "proc_rank", "my_rank", "process_index"}
+from triage.core.lint.rank_gates import RankGates
+from triage.core.lint.rank_processes import RankProcesses
+from triage.core.lint.rank_terms import (
+    GLOBAL_RANK_NAMES,
+    LOCAL_RANK_NAMES,
+    MAIN_NAMES,
+    RANK_CALLS,
+    RANK_ENV,
+    Gate,
+    RankKind,
+    Side,
+    compare_side,
+    flip,
+    negate,
 )
-LOCAL_RANK_NAMES = frozenset(
-    {"local_rank", "ddp_local_rank", "local_process_index", "lrank", "local_gpu_rank"}
-)
-_RANK_CALLS: dict[str, RankKind] = {
-    "get_rank": "global",
-    "get_global_rank": "global",
-    "get_ordinal": "global",
-    "get_local_rank": "local",
-    "get_local_ordinal": "local",
-    "get_node_local_rank": "local",
-}
-_RANK_ENV: dict[str, RankKind] = {
-    **dict.fromkeys(launchers.RANK, "global"),
-    **dict.fromkeys(launchers.LOCAL_RANK, "local"),
-}
-# Names, attributes and calls that mean "this is the main process".
-MAIN_NAMES = frozenset(
-    {
-        "is_main_process",
-        "is_local_main_process",
-        "is_global_zero",
-        "is_master",
-        "master_process",
-        "is_main",
-        "main_process",
-        "is_rank_zero",
-        "is_rank0",
-        "is_master_process",
-        "is_main_rank",
-        "is_world_process_zero",
-        "is_local_process_zero",
-        "is_master_ordinal",
-        "is_primary",
-        "is_rank_0",
-        "is_chief",
-    }
-)
-MAIN_DECORATORS = frozenset(
-    {"rank_zero_only", "main_process_only", "on_main_process", "on_local_main_process"}
-)
-_EXITS = frozenset({"exit", "_exit", "quit"})
+from triage.core.lint.script import Scope, Script, const_int, dotted
 
-
-@dataclass(frozen=True)
-class Gate:
-    """The rank condition a statement runs under, and how to say where it is."""
-
-    side: Side
-    line: int
-    where: str  # "inside `if rank == 0:` at line 40"
-
-    @property
-    def who(self) -> str:
-        return {"zero": "rank 0", "nonzero": "the ranks other than 0", "other": "some ranks"}[self.side]
-
-
-def negate(side: Side) -> Side:
-    """The other side of a rank condition."""
-    return {"zero": "nonzero", "nonzero": "zero", "other": "other"}[side]  # type: ignore[return-value]
-
-
-def _flip(op: ast.cmpop) -> ast.cmpop:
-    flips: dict[type[ast.cmpop], ast.cmpop] = {
-        ast.Lt: ast.Gt(),
-        ast.Gt: ast.Lt(),
-        ast.LtE: ast.GtE(),
-        ast.GtE: ast.LtE(),
-    }
-    return flips.get(type(op), op)
-
-
-def _compare_side(op: ast.cmpop, value: int) -> Side | None:
-    """Which ranks satisfy `rank <op> value` in a distributed run (ranks are 0..N-1)."""
-    if isinstance(op, ast.Eq):
-        return "zero" if value == 0 else None if value < 0 else "other"
-    if isinstance(op, ast.NotEq):
-        return "nonzero" if value == 0 else None if value < 0 else "other"
-    if isinstance(op, ast.Gt):
-        return None if value < 0 else "nonzero" if value == 0 else "other"
-    if isinstance(op, ast.GtE):
-        return None if value <= 0 else "nonzero" if value == 1 else "other"
-    if isinstance(op, ast.Lt):
-        return None if value <= 0 else "zero" if value == 1 else "other"
-    if isinstance(op, ast.LtE):
-        return None if value < 0 else "zero" if value == 0 else "other"
-    return None
+__all__ = ["Gate", "RankKind", "RankModel", "Side", "negate"]
 
 
 class RankModel:
@@ -122,16 +44,13 @@ class RankModel:
         self.preds: dict[Scope, dict[str, str]] = {}  # name -> Side
         self.rank_functions: dict[str, RankKind] = {}
         self.pred_functions: dict[str, Side] = {}
-        self.spawn_targets: dict[str, FunctionNode] = self._spawn_targets()
-        self.launcher_functions = self._launcher_functions()
+        self.processes = RankProcesses(script)
         self.param_kinds: dict[tuple[ast.AST, str], RankKind] = {}
         for _ in range(3):  # names built from names built from helpers: a few rounds settle it
             self._collect_names()
             self._collect_functions()
             self._collect_params()
-        self.gates: dict[ast.stmt, Gate] = {}
-        self._walk_scopes()
-        self.function_gates = self._function_gates()
+        self.gates = RankGates(script, self)
 
     # -- rank values -----------------------------------------------------------------------
 
@@ -152,8 +71,8 @@ class RankModel:
             tail = callee.rsplit(".", 1)[-1]
             if tail in ("int", "str") and expr.args:
                 return self.rank_kind(expr.args[0], scope)
-            if tail in _RANK_CALLS:
-                return _RANK_CALLS[tail]
+            if tail in RANK_CALLS:
+                return RANK_CALLS[tail]
             if tail in ("rank", "local_rank") and callee.startswith("horovod"):
                 return "global" if tail == "rank" else "local"
             local = script.local_function(expr)
@@ -163,7 +82,7 @@ class RankModel:
         if isinstance(expr, ast.Subscript) and dotted(expr.value).endswith("environ"):
             key = expr.slice
             return (
-                _RANK_ENV.get(key.value)
+                RANK_ENV.get(key.value)
                 if isinstance(key, ast.Constant) and isinstance(key.value, str)
                 else None
             )
@@ -174,7 +93,7 @@ class RankModel:
             passed = self.param_kinds.get((scope, expr.id))
             if passed is not None:
                 return passed
-            if self._spawned_index(expr.id, scope):
+            if self.processes.spawned_index(expr.id, scope):
                 return "local"
             return self._by_name(expr.id)
         if isinstance(expr, ast.Attribute):
@@ -204,17 +123,8 @@ class RankModel:
             return None
         key = call.args[0]
         return (
-            _RANK_ENV.get(key.value) if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+            RANK_ENV.get(key.value) if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
         )
-
-    def _spawned_index(self, name: str, scope: Scope) -> bool:
-        """The first parameter of a function started by mp.spawn is its local process index."""
-        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
-            return False
-        if self.spawn_targets.get(scope.name) is not scope:
-            return False
-        params = scope.args.posonlyargs + scope.args.args
-        return bool(params) and params[0].arg == name
 
     # -- rank conditions -------------------------------------------------------------------
 
@@ -277,7 +187,7 @@ class RankModel:
         if not self._is_rankish(left, scope):
             if not self._is_rankish(right, scope):
                 return None
-            left, right, op = right, left, _flip(op)
+            left, right, op = right, left, flip(op)
         if isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Tuple | ast.List | ast.Set):
             values = {const_int(e) for e in right.elts}
             if None in values:
@@ -291,7 +201,7 @@ class RankModel:
         value = const_int(right)
         if value is None:
             return "other" if isinstance(op, ast.Eq | ast.NotEq) else None
-        return _compare_side(op, value)
+        return compare_side(op, value)
 
     def _is_rankish(self, expr: ast.AST, scope: Scope) -> bool:
         """A rank, or a rank remapped by `%` / `//` (`rank % gpus_per_node == 0`: node-local zero)."""
@@ -382,164 +292,16 @@ class RankModel:
             if len(kinds) == 1 and None not in kinds:
                 self.param_kinds[key] = kinds.pop()  # type: ignore[assignment]
 
-    # -- processes -------------------------------------------------------------------------
-
-    def _spawn_targets(self) -> dict[str, FunctionNode]:
-        targets: dict[str, FunctionNode] = {}
-        for call in self.script.calls("spawn", "start_processes", "Process", "notebook_launcher"):
-            if not (
-                call.name.startswith(("torch.multiprocessing", "multiprocessing", "torch_xla"))
-                or call.tail == "notebook_launcher"
-            ):
-                continue
-            fn = call.kwarg("target") or call.kwarg("fn") or call.kwarg("function")
-            if fn is None and call.node.args:
-                fn = call.node.args[0]
-            if isinstance(fn, ast.Name) and fn.id in self.script.functions:
-                targets[fn.id] = self.script.functions[fn.id][0]
-        return targets
-
-    def _launcher_functions(self) -> set[ast.AST]:
-        """With mp.spawn, the code that starts the workers runs once, not once per rank."""
-        if not self.spawn_targets:
-            return set()
-        per_rank: set[str] = set()
-        todo = list(self.spawn_targets)
-        while todo:
-            name = todo.pop()
-            if name in per_rank or name not in self.script.functions:
-                continue
-            per_rank.add(name)
-            for node in ast.walk(self.script.functions[name][0]):
-                if isinstance(node, ast.Call):
-                    local = self.script.local_function(node)
-                    if local is not None:
-                        todo.append(local.name)
-        launchers: set[ast.AST] = {self.script.tree}
-        for name, defs in self.script.functions.items():
-            if name not in per_rank:
-                launchers.update(defs)
-        return launchers
+    # -- processes and gates ---------------------------------------------------------------
 
     def per_rank(self, node: ast.AST) -> bool:
         """Whether this code runs in every rank's process (not in an mp.spawn parent)."""
-        if not self.launcher_functions:
-            return True
-        for scope in (node, *self.script.ancestors(node)):
-            if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef) and scope.name in self.spawn_targets:
-                return True
-            if (
-                isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module)
-                and scope not in self.launcher_functions
-            ):
-                return True
-        return False
-
-    # -- gates -----------------------------------------------------------------------------
-
-    def _walk_scopes(self) -> None:
-        self._walk(self.script.tree.body, None, self.script.tree)
-        for defs in self.script.functions.values():
-            for function in defs:
-                gate = None
-                for decorator in function.decorator_list:
-                    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-                    name = (self.script.qual(target) or "").rsplit(".", 1)[-1]
-                    if name in MAIN_DECORATORS:
-                        gate = Gate("zero", function.lineno, f"in `{function.name}`, decorated `@{name}`")
-                self._walk(function.body, gate, function)
-
-    def _walk(self, body: list[ast.stmt], gate: Gate | None, scope: Scope) -> None:
-        current = gate
-        for stmt in body:
-            if current is not None:
-                self.gates[stmt] = current
-            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                if isinstance(stmt, ast.ClassDef):
-                    self._walk(stmt.body, current, scope)
-                continue
-            if isinstance(stmt, ast.If):
-                side = self.side(stmt.test, scope)
-                if side is None:
-                    self._walk(stmt.body, current, scope)
-                    self._walk(stmt.orelse, current, scope)
-                    continue
-                test = self.script.text(stmt.test, 50)
-                inside = Gate(side, stmt.lineno, f"inside `if {test}:` at line {stmt.lineno}")
-                self._walk(stmt.body, self._combine(current, inside), scope)
-                if not self.negatable(stmt.test, scope):
-                    self._walk(stmt.orelse, current, scope)
-                    continue
-                other = Gate(
-                    negate(side), stmt.lineno, f"in the `else` of `if {test}:` at line {stmt.lineno}"
-                )
-                self._walk(stmt.orelse, self._combine(current, other), scope)
-                exit_word = _exit_word(stmt.body)
-                if exit_word and not stmt.orelse:
-                    current = self._combine(
-                        current,
-                        Gate(
-                            negate(side), stmt.lineno, f"after `if {test}: {exit_word}` at line {stmt.lineno}"
-                        ),
-                    )
-                continue
-            for field in ("body", "orelse", "finalbody", "handlers", "cases"):
-                children = getattr(stmt, field, None)
-                if not children:
-                    continue
-                for child in children:
-                    if isinstance(child, ast.ExceptHandler | ast.match_case):
-                        self._walk(child.body, current, scope)
-                if isinstance(children[0], ast.stmt):
-                    self._walk(children, current, scope)
-
-    @staticmethod
-    def _combine(outer: Gate | None, inner: Gate) -> Gate:
-        if outer is None or outer.side == inner.side or inner.side == "other":
-            return inner
-        return Gate(outer.side if outer.side != "other" else inner.side, inner.line, inner.where)
+        return self.processes.per_rank(node)
 
     def gate(self, node: ast.AST) -> Gate | None:
         """The rank gate `node` runs under in its own function (None: every rank runs it)."""
-        stmt = self.script.statement_of(node)
-        return self.gates.get(stmt) if stmt is not None else None
-
-    def _function_gates(self) -> dict[str, Gate]:
-        """Functions of this file that are only ever called under a gate (one level of calls)."""
-        sites: dict[str, list[Gate | None]] = {}
-        for call in self.script.call_list:
-            local = self.script.local_function(call.node)
-            if local is not None:
-                sites.setdefault(local.name, []).append(self.gate(call.node))
-        found = {}
-        for name, gates in sites.items():
-            first = gates[0]
-            if first is not None and all(g is not None and g.side == first.side for g in gates):
-                found[name] = Gate(first.side, first.line, f"{first.where}, where `{name}()` is called")
-        return found
+        return self.gates.gate(node)
 
     def effective_gate(self, node: ast.AST) -> Gate | None:
         """The gate of `node`, or of its function when that function is only called under one."""
-        own = self.gate(node)
-        if own is not None:
-            return own
-        for scope in self.script.ancestors(node):
-            if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
-                return self.function_gates.get(scope.name)
-        return None
-
-
-def _exit_word(body: list[ast.stmt]) -> str:
-    """`return`, `continue`, ... when a block always leaves (so what follows runs on the others)."""
-    if not body:
-        return ""
-    last = body[-1]
-    words = {ast.Return: "return", ast.Continue: "continue", ast.Break: "break", ast.Raise: "raise"}
-    for kind, word in words.items():
-        if isinstance(last, kind):
-            return word
-    if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
-        name = dotted(last.value.func).rsplit(".", 1)[-1]
-        if name in _EXITS:
-            return f"{name}()"
-    return ""
+        return self.gates.effective_gate(node)

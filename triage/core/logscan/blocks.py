@@ -32,7 +32,8 @@ _FP_OP = re.compile(r"OpType=(?P<op>[A-Z_]+)")
 # Library code: a frame in it is not where the user's program stands.
 _LIBRARY = re.compile(
     r"(site-packages|dist-packages|[/\\]lib[/\\]python\d|[/\\]lib64[/\\]python\d|^<frozen |^<string>"
-    r"|[/\\]torch[/\\](distributed|nn|autograd|_tensor|utils|multiprocessing|cuda)\b)"
+    r"|[/\\]torch[/\\](distributed|nn|autograd|_tensor|utils|multiprocessing|cuda)\b"
+    r"|[/\\]bin[/\\][\w.-]+$)"  # a console script's stub (`.venv/bin/torchrun`): the launcher's, not the user's
 )
 _BACKWARD_FUNCS = frozenset({"_engine_run_backward", "run_backward"})
 _BACKWARD_FILES = ("torch/autograd/", "torch/_tensor.py", "torch\\autograd\\", "torch\\_tensor.py")

@@ -7,6 +7,7 @@ Launchers tag each line with the rank that printed it, each in its own way:
 - torch's own excepthook once the process group exists: `[rank3]: Traceback ...`;
 - srun `--label`: `3: ` (padded with spaces on wide jobs);
 - Open MPI `--tag-output`: `[1,3]<stderr>:`;
+- pdsh (DeepSpeed's multi-node runner) and clush: the host, `worker-1: ` (no rank of its own);
 - Ray actors (vLLM, verl): `(RayWorkerWrapper pid=1890, ip=10.41.0.8) `; vLLM's own workers:
   `(VllmWorkerProcess pid=13359) ` (these name a process, not a rank: peeled, no rank);
 - NCCL's own lines: `host:pid:tid [3] ` where the bracket is the CUDA device, the local rank.
@@ -31,6 +32,9 @@ _BRACKET = re.compile(
 )
 _MPI = re.compile(r"\[\d+,(?P<rank>\d{1,6})\]<std(?:out|err)>: ?")
 _SRUN = re.compile(r" {0,6}(?P<rank>\d{1,6}): ")
+# pdsh (DeepSpeed's multi-node runner, clush) puts the host in front: `worker-1: ...`. A host
+# name is lower case with a digit or a hyphen, which a Python exception or module path is not.
+_PDSH = re.compile(r"(?P<host>(?=[a-z0-9.-]*[0-9-])[a-z][a-z0-9.-]{0,62}[a-z0-9]): ")
 _PROCESS = re.compile(r"\((?:[A-Za-z_][\w.]*) pid=\d+(?:, ip=[\w.:-]+)?\) ")
 _NCCL = re.compile(r"(?P<host>[\w.-]+):\d+:\d+ \[(?P<rank>\d{1,4})\] ")
 _COLLECTOR_TIME = re.compile(
@@ -38,6 +42,11 @@ _COLLECTOR_TIME = re.compile(
     r"|\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\] "
     r"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4} ?)"
 )
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# A paste's indentation and quote marks (`> ` in a reply, `>> ` nested); `>>>` is a prompt, kept.
+_INDENT_STARTS = frozenset(" \t>")
+_PASTE_INDENT = re.compile(r"^(?:\s*>(?!>>)\s?)*\s*")
 
 # Rank named inside the message, most specific first; only used when no prefix names it.
 _BODY_RANK = re.compile(
@@ -59,16 +68,20 @@ class Split:
 
 
 def split_prefix(line: str) -> Split:
-    """Peel every launcher prefix off the front of `line`."""
+    """Peel every launcher prefix off the front of `line` (after the paste's own noise: colour
+    codes, the indentation and `> ` quote marks a forum or an issue adds)."""
     rank: int | None = None
     host: str | None = None
-    body = line
+    body = clean(line)
     for depth in range(5):  # nested prefixes are at most a few deep
         match = _BRACKET.match(body) or _MPI.match(body)
         if match is None and rank is None:
             match = _SRUN.match(body)
         if match is None:
             peeled = (_COLLECTOR_TIME.match(body) if depth == 0 else None) or _PROCESS.match(body)
+            if peeled is None and host is None and rank is None:
+                peeled = _PDSH.match(body)
+                host = peeled["host"] if peeled is not None else None
             if peeled is None:
                 break
             body = body[peeled.end() :]
@@ -85,6 +98,15 @@ def split_prefix(line: str) -> Split:
         host = host or nccl.group("host")
         body = body[nccl.end() :]
     return Split(rank, host, body)
+
+
+def clean(line: str) -> str:
+    """`line` without ANSI colour codes and without the indentation or `>` quote marks in front."""
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    if line[:1] in _INDENT_STARTS:  # most lines start with their prefix: no regex for them
+        return _PASTE_INDENT.sub("", line, count=1)
+    return line
 
 
 def rank_in_message(body: str) -> int | None:

@@ -9,7 +9,10 @@ an engineer reading eight ranks' output would:
   once the exception has been printed);
 - NCCL's error classes (`ncclSystemError: unhandled system error`) are umbrellas: when the
   `Last error:` line or an NCCL WARN on that rank names the cause, the umbrella is only context;
-- a traceback frame that a signature matches says where a rank was, never why it failed.
+- a traceback frame that a signature matches says where a rank was, never why it failed;
+- a failure to connect to a `(host, port)` c10d said it cannot resolve follows from the name;
+- a rank's error naming another as absent (the monitored barrier) only waited, when that other
+  rank died of a signal, exited without a word, or ended well (it had left).
 
 And the patterns no single line shows, each a diagnosis of its own (see `inferred`):
 
@@ -17,7 +20,9 @@ And the patterns no single line shows, each a diagnosis of its own (see `inferre
   the user's code: a collective only some ranks call (D21, with D19's toolkit);
 - one rank failed with its own error and another rank's output echoes it: one rank diverged (D20);
 - a rank exited non-zero and printed nothing of its own: its traceback is missing (P4);
-- torchrun restarting the worker group after a worker died: one event, the restart (MN5).
+- torchrun restarting the worker group after a worker died: one event, the restart (MN5);
+- a rank that lost its peer while torchrun saw every other worker end well: the others ran out
+  of batches (D9).
 """
 
 from __future__ import annotations
@@ -36,27 +41,22 @@ DESYNC_TOOLKIT = "D19"  # how to name the rank and collective (the desync debug 
 MISSING_TRACEBACK = "P4"  # a rank exited with an error and printed nothing
 RESTART = "MN5"  # torchrun restarted the worker group
 SHARED_GPU = "D3"  # two ranks of one host on one GPU
-SAME_RANK_TWICE = "D2"  # two processes announce the same global rank: separate groups per node
-EVERY_RANK_PRINTS = "D23"  # the same lines printed once per rank
 
 DIVERGED_SCORE = 0.85
 MISMATCH_SCORE = 1.1
 TOOLKIT_SCORE = 0.8
-MISSING_SCORE = 0.8
+# Above DIVERGED_SCORE: a rank that died without a word is read by getting its traceback first.
+MISSING_SCORE = 0.9
+PEER_LEFT = "D9"  # a rank lost its peer mid-collective, and the peer ended well: it ran out of batches
+PEER_LEFT_SCORE = 1.1  # over the monitored barrier's own signature, which it explains
 SHARED_GPU_SCORE = 1.0
-RANK_TWICE_SCORE = 0.8
-DUPLICATES_SCORE = 0.55  # a finding only when nothing else is: duplicated output is not a crash
-MIN_DUPLICATED = 2  # distinct lines printed more than once before the output counts as duplicated
-# Lines every rank prints by design (tracebacks, NCCL's and torch's own logs, separators): their
-# repetition says nothing about the user's program.
-_NOT_OUTPUT = re.compile(
-    r"^\s*(File \"|Traceback|\^+$|~+$|-+$|=+$|\*+$|\[?[IWEF]\d{4} |NCCL |\w*(Error|Exception|Warning)\b)"
-)
-# A process announcing which rank it is: the same announcement twice means two processes both
-# believe they are that rank (a single-node launch repeated on every node).
-_RANK_ANNOUNCEMENT = re.compile(
-    r"GLOBAL_RANK:?\s*\d+|MEMBER:\s*\d+/\d+|\bglobal rank\s*:?\s*\d+", re.IGNORECASE
-)
+# c10d's warning that a name does not resolve; the target is `host, port` as printed.
+_UNRESOLVED = re.compile(r"network addresses of \((?P<target>[^()]{1,200})\) cannot be retrieved \(gai error")
+# torch's monitored barrier naming the ranks that never arrived.
+_NAMES_ABSENT = re.compile(r"\bRanks? (?P<ranks>\d+(?:, ?\d+){0,64}) failed to pass monitoredBarrier")
+SIGABRT_EXIT = -6
+# A collective that ended because the other end of the connection went away.
+_PEER_GONE = re.compile(r"Connection (closed|reset) by peer|remote process exited", re.IGNORECASE)
 SPECIFIC_WEIGHT = 0.9  # a signature this specific keeps its meaning even after a timeout
 # Launcher lines: torchrun reporting and tearing down, not a surviving worker's own output.
 _LAUNCHER = re.compile(
@@ -101,8 +101,10 @@ def is_context(event: Event) -> bool:
     return event.kind == "hit" and event.role in ("frame", "umbrella", "info")
 
 
-def consequences(events: list[Event]) -> list[Event]:
-    """The events (in time order) with the echoes and context the rules above find."""
+def consequences(events: list[Event], root_cause_alone: int | None = None) -> list[Event]:
+    """The events (in time order) with the echoes and context the rules above find.
+    `root_cause_alone`: the rank torchrun's summary names as the only worker that failed."""
+    events = blamed_the_dead(unresolved_targets(events), root_cause_alone)
     named_cause = {
         e.rank
         for e in events
@@ -122,6 +124,66 @@ def consequences(events: list[Event]) -> list[Event]:
             event = _as_echo(event)
         if event.real and event.kind != "exit" and not is_context(event):
             failed.add(rank)
+        result.append(event)
+    return result
+
+
+def unresolved_targets(events: list[Event]) -> list[Event]:
+    """c10d's warning that a `(host, port)` cannot be resolved, then a failure to connect to that
+    same `(host, port)`: the name is the cause and the connect failure only its consequence (torch
+    2.13 prints the warning only when the name does not resolve at all)."""
+    warned: set[str] = set()  # `(host, port)` as the warnings print it, in time order
+    confirmed: set[str] = set()
+    result = []
+    for event in events:
+        found = _UNRESOLVED.search(event.text) if event.kind == "hit" else None
+        if found is not None:
+            warned.add(f"({found['target']})")
+        else:
+            target = next((t for t in warned if t in event.text), None)
+            if target is not None and event.real and event.kind != "exit":
+                confirmed.add(target)
+                event = _as_echo(event)
+        result.append(event)
+    if not confirmed:
+        return events
+    promoted = []
+    for event in result:
+        found = _UNRESOLVED.search(event.text) if event.kind == "hit" else None
+        if found is not None and f"({found['target']})" in confirmed:
+            event = dataclasses.replace(event, role="", weight=max(event.weight, SPECIFIC_WEIGHT))
+        promoted.append(event)
+    return promoted
+
+
+def blamed_the_dead(events: list[Event], root_cause_alone: int | None = None) -> list[Event]:
+    """A rank that another rank's error names as the one that never arrived (`Ranks 1 failed to
+    pass monitoredBarrier`) is only waited for when that rank was gone: the launcher reports it
+    killed by a signal of its own (a segfault, SIGKILL, SIGABRT; not the SIGTERM it sends itself)
+    or exiting with an error status it printed nothing about, whatever the timestamps say (the
+    launcher notices a death only at its next poll); or it ended well while the naming rank was
+    torchrun's only failure (`root_cause_alone`): it had left."""
+    spoke = {
+        e.rank for e in events if e.real and e.kind != "exit" and not is_launcher(e) and not is_context(e)
+    }
+    dead = {
+        e.rank
+        for e in events
+        if e.kind == "exit"
+        and e.rank is not None
+        and e.real
+        and (signalled(e.exit_code) or e.rank not in spoke)
+    }
+    if not dead and root_cause_alone is None:
+        return events
+    result = []
+    for event in events:
+        named = _NAMES_ABSENT.search(event.text) if event.kind != "exit" else None
+        if named is not None and event.rank not in dead:
+            ranks = {int(r) for r in re.findall(r"\d+", named["ranks"])}
+            left = root_cause_alone is not None and event.rank == root_cause_alone
+            if ranks & dead or (left and root_cause_alone not in ranks):
+                event = _as_echo(event)
         result.append(event)
     return result
 
@@ -164,7 +226,9 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
     if pair is not None:
         found.extend(_mismatch(pair, events, first))
     found.extend(_shared_gpu(scan))
-    found.extend(_duplicated_output(scan))
+    from triage.core.logscan.heads import from_heads  # heads.py builds on Inferred, defined here
+
+    found.extend(from_heads(scan.heads))
     if first is None:
         return found
     restart = [e for e in events if e.kind == "hit" and e.entry_id == RESTART and not e.echo]
@@ -179,6 +243,9 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
             )
         )
         return found
+    left = _peer_left(events, first, scan)
+    if left is not None:
+        found.append(left)
     if first.real:
         echoes = survivor_echoes(events, first)
         if echoes:
@@ -192,7 +259,7 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
                     True,
                 )
             )
-    missing = _missing_traceback(scan, first)
+    missing = _missing_traceback(scan, first) or _bare_abort(events, first)
     if missing is not None:
         found.append(missing)
     return found
@@ -231,42 +298,48 @@ def _shared_gpu(scan: Scan) -> list[Inferred]:
     return []
 
 
-def _duplicated_output(scan: Scan) -> list[Inferred]:
-    """Every rank printing the same progress lines: the start of the log shows lines (without
-    their rank prefix) repeated, as one copy per rank prints them."""
-    from collections import Counter
+def _peer_left(events: list[Event], first: Event, scan: Scan) -> Inferred | None:
+    """The only failure is one rank's wait that ended with its peer gone (`Connection closed by
+    peer`), and torchrun saw every other worker end well: the peer finished its loop and left
+    while this rank still had batches to run."""
+    if not (first.echo and first.rank is not None and scan.no_other_failures):
+        return None
+    if not (_PEER_GONE.search(first.text) or _NAMES_ABSENT.search(first.text)):
+        return None  # a timeout: the peer may still be computing (MN3), not gone
+    if any(e.rank != first.rank and (e.real or e.echo) for e in events if e.rank is not None):
+        return None
+    return Inferred(
+        PEER_LEFT,
+        PEER_LEFT_SCORE,
+        (first,),
+        f"rank {first.rank} lost its peer inside a collective while no other rank failed:"
+        " the other ranks finished their loop (fewer batches) and left",
+        True,
+    )
 
-    from triage.core.logscan.prefixes import split_prefix
 
-    counts: Counter[str] = Counter()
-    for head in scan.heads:
-        for line in head.splitlines():
-            body = split_prefix(line).body.strip()
-            if len(body) >= 20 and not _NOT_OUTPUT.match(body):
-                counts[body] += 1
-    repeated = [line for line, n in counts.items() if n > 1]
-    announced = [line for line in repeated if _RANK_ANNOUNCEMENT.search(line)]
-    if announced:
-        return [
-            Inferred(
-                SAME_RANK_TWICE,
-                RANK_TWICE_SCORE,
-                (),
-                f"two processes announce the same rank ({announced[0][:80]!r}): each node formed a group of its own",
-                True,
-            )
-        ]
-    if len(repeated) < MIN_DUPLICATED or sum(counts[line] for line in repeated) * 2 < sum(counts.values()):
-        return []
-    return [
-        Inferred(
-            EVERY_RANK_PRINTS,
-            DUPLICATES_SCORE,
-            (),
-            f"{len(repeated)} lines are printed more than once, as when every rank prints them: {repeated[0][:80]!r}",
-            False,
-        )
-    ]
+def _bare_abort(events: list[Event], first: Event) -> Inferred | None:
+    """A rank that died of SIGABRT whose only words are `terminate called without an active
+    exception` (a process torn down with its process group alive, as after sys.exit; the line has
+    no rank prefix of its own): nothing says why it stopped."""
+    if first.rank is None:
+        return None
+    aborted = any(e.kind == "exit" and e.rank == first.rank and e.exit_code == SIGABRT_EXIT for e in events)
+    bare = any(e.kind == "abort" and e.rank in (first.rank, None) for e in events)
+    if not (aborted and bare):
+        return None
+    if any(
+        e.rank == first.rank and e.real and e.kind not in ("exit", "abort") and not is_launcher(e)
+        for e in events
+    ):
+        return None
+    return Inferred(
+        MISSING_TRACEBACK,
+        MISSING_SCORE,
+        (first,),
+        f"rank {first.rank} aborted with no exception and printed no error of its own: why it stopped is not here",
+        True,
+    )
 
 
 def _missing_traceback(scan: Scan, first: Event) -> Inferred | None:
@@ -276,7 +349,12 @@ def _missing_traceback(scan: Scan, first: Event) -> Inferred | None:
         return None
     if first.exit_code is None or first.exit_code <= 0:
         return None
-    if any(block.rank is None for block in scan.ranks.blocks if block.source == first.source):
+    # (torchrun's own traceback, all in its library, is not a worker's)
+    if any(
+        block.rank is None and block.user_frame is not None
+        for block in scan.ranks.blocks
+        if block.source == first.source
+    ):
         return None
     return Inferred(
         MISSING_TRACEBACK,

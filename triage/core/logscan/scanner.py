@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from triage.core.logscan.blocks import RankReader
 from triage.core.logscan.patterns import STRUCTURAL_ANCHORS, SignatureSet
-from triage.core.logscan.prefixes import rank_from_path, rank_in_message, split_prefix
+from triage.core.logscan.prefixes import clean, rank_from_path, rank_in_message, split_prefix
 from triage.core.logscan.structure import UMBRELLA, Found, Structure
 from triage.core.logscan.timestamps import timestamp
 from triage.core.redact import redact_text
@@ -49,6 +49,7 @@ SIGTERM_EXIT = -15
 SUBSTANTIVE_WEIGHT = 0.5  # a weaker non-echo signature is a hint: it does not explain a line
 _FRAME_LINE = re.compile(r'^\s*(File "[^"]*", line \d+|frame #\d+:|#\d+ 0x[0-9a-f]+ in )')
 _LAST_ERROR = b"last error:"
+_MESSAGE_BELOW = (b"error:", b"exception:")  # with nothing after them: the message is on the next line
 # torch's C++ INFO lines (TORCH_CPP_LOG_LEVEL=INFO): `[I1122 20:26:58.941547227 file.cpp:710]`;
 # torchrun's own Python INFO lines (`I1122 20:38:52.899000 24270 ...api.py:942]`) report decisions
 # such as a restart, and stay.
@@ -104,6 +105,7 @@ class Scan:
     ranks_seen: set[int] = field(default_factory=set)  # at most MAX_RANKS of them
     ranks_untracked: int = 0  # lines that named a rank past the first MAX_RANKS
     root_cause_rank: int | None = None  # the rank torchrun's summary calls the root cause
+    no_other_failures: bool = False  # torchrun's summary: every other worker ended well
     ranks: RankReader = field(default_factory=RankReader)  # traceback blocks and wait points
     gpus: dict[tuple[str, str], set[int]] = field(default_factory=dict)  # (host, busId) -> ranks on it
     heads: list[str] = field(default_factory=list)  # the start of each source, for the fallback
@@ -179,8 +181,11 @@ class Scanner:
                     end = lowered.find(b"\n", position)
                     if end == -1:
                         break
-                    if needle == _LAST_ERROR and end + 1 < len(block):
-                        starts.add(end + 1)  # the line that names the cause
+                    if end + 1 < len(block) and (
+                        needle == _LAST_ERROR
+                        or (needle in _MESSAGE_BELOW and not lowered[position + len(needle) : end].strip())
+                    ):
+                        starts.add(end + 1)  # the line that names the cause, or the message
                     position = lowered.find(needle, end + 1)
         counted_to, number = 0, first_line
         for start in sorted(starts):
@@ -214,6 +219,8 @@ class Scanner:
             key = shape_key(line.encode("utf-8", "replace"))
             if self.repeated(source, key):
                 return
+        if "\x1b" in line:
+            line = clean(line)  # colour codes would split the words a signature looks for
         split = split_prefix(line)
         body = split.body
         rank = split.rank
@@ -288,6 +295,7 @@ class Scanner:
         if role != "info":
             self._structure.feed(source, number, rank, split.host, body, short, matched and role != "frame")
             self.scan.root_cause_rank = self._structure.root_cause_rank
+            self.scan.no_other_failures = self._structure.no_other_failures
         if role == "" and self._found_count == found_before and not _STRUCTURAL.search(lowered):
             # Only a line that fed nothing but hits may be skipped when it repeats.
             if len(self._repeats) >= MAX_SHAPES:

@@ -28,6 +28,7 @@ _SUMMARY_RANK = re.compile(r"^\s*rank\s*: (?P<rank>\d+) \(local_rank: \d+\)")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (?P<code>-?\d+)")
 SUMMARY_LINES = 3  # the exitcode, error_file and traceback lines under a summary block's `rank :`
 _SUMMARY_ROOT = re.compile(r"Root Cause \(first observed failure\)", re.IGNORECASE)
+_NO_OTHER_FAILURES = "<NO_OTHER_FAILURES>"  # torchrun's summary: the root cause is the only failure
 _LEGACY_EXIT = re.compile(
     r"CalledProcessError: Command '.*--local_rank=(?P<rank>\d+).*' "
     r"(?:died with <Signals\.SIG\w+: (?P<signal>\d+)>|returned non-zero exit status (?P<code>\d+))"
@@ -37,6 +38,9 @@ _NCCL_COMM = re.compile(
     r"\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks \d+ cudaDev \d+ (?:nvmlDev \d+ )?busId (?P<bus>[0-9a-f]+)",
     re.IGNORECASE,
 )
+# torchrun's report of a failed worker: its "message" below is the launcher's summary, not a cause.
+_LAUNCHER_EXCEPTIONS = frozenset({"ChildFailedError"})
+_WORDS = re.compile(r"[A-Za-z]{3}")  # a message, not a separator line
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 _ABORT = re.compile(r"terminate called without an active exception|terminate called recursively")
 _WHAT = re.compile(r"^\s*what\(\):\s*(?P<msg>.*)$")
@@ -71,11 +75,14 @@ class Structure:
         self.emit = emit
         self.reader = RankReader()
         self.root_cause_rank: int | None = None
+        self.no_other_failures = False  # torchrun's summary saw one worker fail, the others end well
         self._summary_rank: dict[int, tuple[int, int]] = {}  # source -> (worker rank, its `rank :` line)
         self._summary_exited: set[int] = set()  # sources whose current summary block gave its exit
         self._summary_root: dict[int, bool] = {}
         self._terminate: dict[tuple[int, int | None], str] = {}
         self._last_error: dict[int, tuple[int, int | None]] = {}  # source -> (line, rank)
+        # source -> (line, rank, name) of an exception whose message starts on the next line
+        self._message_next: dict[int, tuple[int, int | None, str]] = {}
         self._spawn_rank: dict[int, int] = {}  # source -> the process mp.spawn said failed
         self.gpus: dict[tuple[str, str], set[int]] = {}  # (host, NCCL busId) -> ranks that use it
 
@@ -93,7 +100,10 @@ class Structure:
     def wants_next_line(self, source: int, number: int) -> bool:
         """Whether the line after `number` must be read even without an anchor (Last error's detail)."""
         pending = self._last_error.get(source)
-        return pending is not None and pending[0] == number
+        message = self._message_next.get(source)
+        return (pending is not None and pending[0] == number) or (
+            message is not None and message[0] == number
+        )
 
     def feed(
         self,
@@ -116,6 +126,16 @@ class Structure:
             self.gpus.setdefault((host or "", comm["bus"].lower()), set()).add(int(comm["rank"]))
             return
         if self._torchrun(source, number, rank, body, short):
+            return
+        below = self._message_next.pop(source, None)
+        if below is not None and below[0] == number - 1 and _WORDS.search(body) and not matched:
+            # `MisconfigurationException:` with its message on the lines below: the message is
+            # what says what went wrong (and what the query engine reads when nothing else does)
+            self.emit(
+                source,
+                number,
+                Found("detail", rank if rank is not None else below[1], f"{below[2]}: {short}"),
+            )
             return
         pending = self._last_error.pop(source, None)
         if pending is not None and pending[0] == number - 1 and body.strip():
@@ -153,6 +173,13 @@ class Structure:
         exception = _EXCEPTION.match(body)
         if exception is not None:
             self._spawn_rank.pop(source, None)
+            name = exception["name"].rsplit(".", 1)[-1]
+            if (
+                exception["msg"] is not None
+                and not exception["msg"].strip()
+                and name not in _LAUNCHER_EXCEPTIONS
+            ):
+                self._message_next[source] = (number, rank, name)
             block = self.reader.exception(source, number, rank)
             if not matched:
                 collective = block.collective if block is not None and block.collective else ""
@@ -164,6 +191,9 @@ class Structure:
 
     def _torchrun(self, source: int, number: int, rank: int | None, body: str, short: str) -> bool:
         """torchrun's (and the legacy launcher's) reports of a worker's exit."""
+        if _NO_OTHER_FAILURES in body:
+            self.no_other_failures = True
+            return True
         if _SUMMARY_ROOT.search(body):
             self._summary_root[source] = True
             return True

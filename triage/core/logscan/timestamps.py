@@ -18,9 +18,12 @@ _ISO = re.compile(r"\b\d{4}-(?P<mo>\d\d)-(?P<d>\d\d)[T _](?P<h>\d\d):(?P<mi>\d\d
 def timestamp(text: str) -> float | None:
     """Seconds (year ignored) of the first timestamp near the start of `text`, or None."""
     head = text[:120]
-    match = _GLOG.search(head) or _ISO.search(head)
-    if match is None:
+    # The stamp nearest the start: a collector's (kubectl, mpirun) is in front of every line, the
+    # program's own only on some; one clock for all lines orders them.
+    found = [m for m in (_GLOG.search(head), _ISO.search(head)) if m is not None]
+    if not found:
         return None
+    match = min(found, key=lambda m: m.start())
     month, day = int(match["mo"]), int(match["d"])
     if not (1 <= month <= 12 and 1 <= day <= 31):
         return None

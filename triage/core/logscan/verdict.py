@@ -21,6 +21,7 @@ The steps, in the order a person reading eight ranks of output would take them:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from triage.core.logscan.rules import consequences, inferred, is_context, is_launcher, substantive, warning
@@ -32,12 +33,25 @@ CONTEXT_FACTOR = 0.5  # frames and umbrellas: they support an entry, never make 
 FIRST_BONUS = 0.25
 SPREAD_BONUS = 0.03  # per extra rank or line showing the same entry, capped
 SPREAD_CAP = 0.1
+# A cause line that frames (or other context) elsewhere in the log point to as well: when two
+# entries explain the same line (`doesn't have NCCL built in`: a CPU build, or Windows), the one
+# the rest of the log supports (frames under C:\...\torch\distributed\) comes first.
+CORROBORATION = 0.15
 THRESHOLD = 0.4  # below it a diagnosis is only "closest", not a finding
 MAX_EVIDENCE = 6
 FALLBACK_CHARS = 6000  # text handed to the query engine when no signature fires
-# The query engine's calibrated score reads as "how often an answer this strong is right": a log
-# diagnosis from words alone must be surer than a description's 0.5.
-FALLBACK_MIN_SCORE = 0.6
+# The query engine's calibrated score reads as "how often an answer this strong is right": the
+# fallback answers where the engine itself would (its fitted threshold), and only once the log
+# shows that it comes from the stack triage knows (DOMAIN).
+# Words that say a log comes from distributed PyTorch (or its launchers and libraries). A paste
+# with none of them (a Java server's bind error, a Flask traceback, npm) gets no diagnosis from
+# words alone, however many words it shares with an entry ("port", "address already in use").
+DOMAIN = re.compile(
+    r"\b(torch\w*|c10d?|nccl\w*|gloo|cuda\w*|cudnn|gpus?|deepspeed|accelerate|horovod|hvd|megatron"
+    r"|nemo|lightning|pytorch_lightning|transformers|fsdp|ddp|torchrun|mpirun|srun|slurm|nvidia\S*"
+    r"|local_rank|world_size|master_addr|master_port|rank\d*|net/(socket|ib|plugin)|apex|xla|tensorflow)\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -106,7 +120,7 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
     """The verdict for one scan."""
     scan.ranks.finish()
     ordered, ordered_by = order_events(scan)
-    events = consequences(ordered)
+    events = consequences(ordered, scan.root_cause_rank if scan.no_other_failures else None)
     own_lines: set[int | None] = {e.rank for e in events if not is_launcher(e) and e.rank is not None}
     real = [e for e in events if substantive(e, own_lines)] or [e for e in events if warning(e)]
     echoes = [e for e in events if e.echo]
@@ -170,6 +184,11 @@ def _with_rank(first: Event | None, events: list[Event], scan: Scan) -> Event | 
         same_entry = first.kind == "hit" and event.kind == "hit" and event.entry_id == first.entry_id
         if same_entry or (len(message) >= 12 and message in event.text):
             return _replace_rank(first, event.rank)
+    # A C++ abort prints no rank prefix (it bypasses Python's excepthook); the launcher says which
+    # worker died of its own failure (SIGABRT, a segfault, an exit status) rather than its SIGTERM.
+    died = {e.rank for e in events if e.kind == "exit" and e.real and e.rank is not None}
+    if len(died) == 1 and first.kind in ("terminate", "abort", "hit"):
+        return _replace_rank(first, died.pop())
     return first
 
 
@@ -232,7 +251,7 @@ def _score(
             bonus = 0.0  # the first echo is only the first rank to give up waiting
         elif weak_first:
             bonus /= 2
-        score = best + spread + bonus + (0.05 if causes and context else 0.0)
+        score = best + spread + bonus + (CORROBORATION if causes and context else 0.0)
         all_echo = bool(causes) and all(e.echo for e in causes)
         reason = (
             "only lines that usually echo another rank's failure"
@@ -311,7 +330,8 @@ def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeB
         verdict.closest = _closest(verdict, [])
         return
     match = matcher.rank(kb, text, top=3)
-    if match.verdict == "no_match" or match.best is None or match.best.score < FALLBACK_MIN_SCORE:
+    in_domain = DOMAIN.search(text) is not None or any(DOMAIN.search(head) for head in scan.heads)
+    if not in_domain or match.best is None or match.verdict == "no_match":
         verdict.closest = _closest(verdict, [(hit.entry.id, hit.score) for hit in match.hits])
         return
     evidence = tuple(e for e in events if e.kind in OWN_ERROR_KINDS)[:MAX_EVIDENCE]

@@ -1,0 +1,104 @@
+"""When no signature names the failure: the query engine over the ranks' errors, and honest abstention.
+
+The pastes are real output quoted in public threads (the NCCL interface list, the Java server's
+bind error, the Windows traceback) or torch 2.13's own exception shapes.
+"""
+
+from __future__ import annotations
+
+from triage.core.logscan.patterns import compile_signatures
+from triage.core.logscan.scanner import Scanner, scan_lines
+from triage.core.logscan.verdict import Verdict, decide
+from triage.core.model import KnowledgeBase
+
+
+def verdict_for(kb: KnowledgeBase, text: str) -> Verdict:
+    scanner = Scanner(compile_signatures(kb))
+    scanner.feed_block(scanner.source("paste"), text.encode(), 1)
+    return decide(scanner.scan, kb)
+
+
+JAVA_BIND = """\
+[22:40:52 WARN]: **** FAILED TO BIND TO PORT!
+[22:40:52 WARN]: The exception was: io.netty.channel.unix.Errors$NativeIoException: bind(..) failed: Address already in use
+[22:40:52 WARN]: Perhaps a server is already running on that port?
+[22:40:52 ERROR]: Encountered an unexpected exception
+java.lang.IllegalStateException: Failed to bind to port
+        at net.minecraft.server.dedicated.DedicatedServer.initServer(DedicatedServer.java:286) ~[paper-1.21.1.jar:1.21.1]
+Caused by: io.netty.channel.unix.Errors$NativeIoException: bind(..) failed: Address already in use
+"""
+
+NCCL_INTERFACES = """\
+INFO NET/Socket : Using
+[0]bond0:192.168.1.161<0>
+[1]br-05ab815fa14e:172.19.0.1<0>
+[2]br-d5d80d7dbbad:172.21.0.1<0>
+[3]br-dd40dc616638:172.30.0.1<0>
+[4]br-e3fd6ba7b530:192.168.16.1<0>
+[12]veth6163fba:fe80::b878:6cff:fe52:abe2%veth6163fba<0>
+"""
+
+
+def test_a_paste_from_another_stack_gets_no_diagnosis_from_words(kb: KnowledgeBase) -> None:
+    """A Java server's bind error shares words with the port-collision entry, and nothing else."""
+    verdict = verdict_for(kb, JAVA_BIND)
+    assert not verdict.found
+    assert not verdict.by_query_engine
+
+
+def test_nccl_output_without_a_signature_goes_to_the_query_engine(kb: KnowledgeBase) -> None:
+    verdict = verdict_for(kb, NCCL_INTERFACES)
+    assert verdict.found and verdict.by_query_engine
+    assert verdict.diagnoses[0].entry_id == "MN2"
+
+
+MESSAGE_BELOW = """\
+Traceback (most recent call last):
+  File "train_gpu.py", line 106, in main_local
+    trainer = Trainer(gpus=1)
+pytorch_lightning.utilities.exceptions.MisconfigurationException:
+            You requested GPUs: [0]
+            But your machine only has: []
+"""
+
+
+def test_an_exception_message_on_the_next_line_is_read(kb: KnowledgeBase) -> None:
+    """Both ways in (blocks and single lines) read the message printed under the exception's name."""
+    by_block = Scanner(compile_signatures(kb))
+    by_block.feed_block(by_block.source("paste"), MESSAGE_BELOW.encode(), 1)
+    by_line = scan_lines(
+        compile_signatures(kb), [("paste", n, line) for n, line in enumerate(MESSAGE_BELOW.splitlines(), 1)]
+    )
+    for scan in (by_block.scan, by_line):
+        details = [e.text for e in scan.events if e.kind == "detail"]
+        assert details == ["MisconfigurationException: You requested GPUs: [0]"]
+
+
+def test_a_launcher_summary_below_its_exception_is_not_a_message(kb: KnowledgeBase) -> None:
+    text = (
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        "============================================================\n"
+        "train.py FAILED\n"
+    )
+    verdict_scan = Scanner(compile_signatures(kb))
+    verdict_scan.feed_block(verdict_scan.source("paste"), text.encode(), 1)
+    assert not [e for e in verdict_scan.scan.events if e.kind == "detail"]
+
+
+WINDOWS = r"""
+  File "C:\Users\me\venv\lib\site-packages\torch\distributed\distributed_c10d.py", line 907, in init_process_group
+    default_pg = _new_process_group_helper(
+  File "C:\Users\me\venv\lib\site-packages\torch\distributed\distributed_c10d.py", line 1013, in _new_process_group_helper
+    raise RuntimeError("Distributed package doesn't have NCCL " "built in")
+RuntimeError: Distributed package doesn't have NCCL built in
+"""
+
+
+def test_a_line_two_entries_explain_goes_to_the_one_the_rest_of_the_log_supports(
+    kb: KnowledgeBase,
+) -> None:
+    """`doesn't have NCCL built in` is a CPU build (E9) or Windows (E2): the frames say Windows."""
+    linux = verdict_for(kb, WINDOWS.replace("C:\\Users\\me\\venv\\lib", "/opt/venv/lib").replace("\\", "/"))
+    windows = verdict_for(kb, WINDOWS)
+    assert linux.diagnoses[0].entry_id == "E9"
+    assert windows.diagnoses[0].entry_id == "E2"

@@ -1,0 +1,60 @@
+"""Patterns read from the top of a paste: torchrun's launch configuration, tracebacks of several
+processes glued together, the same lines printed once per rank. The texts are the real shapes
+torchrun and Python print (torchrun's INFO configuration block, unprefixed concurrent tracebacks).
+"""
+
+from __future__ import annotations
+
+from triage.core.logscan.heads import from_heads
+
+CONFIG = """\
+[2024-04-18 10:41:06,648] torch.distributed.launcher.api: [INFO] Starting elastic_operator with launch configs:
+[2024-04-18 10:41:06,648] torch.distributed.launcher.api: [INFO]   entrypoint       : multinode.py
+[2024-04-18 10:41:06,648] torch.distributed.launcher.api: [INFO]   min_nodes        : {nodes}
+[2024-04-18 10:41:06,648] torch.distributed.launcher.api: [INFO]   max_nodes        : {nodes}
+[2024-04-18 10:41:06,648] torch.distributed.launcher.api: [INFO]   nproc_per_node   : 4
+[2024-04-18 10:41:06,648] torch.distributed.launcher.api: [INFO]   rdzv_backend     : c10d
+[2024-04-18 10:41:06,648] torch.distributed.launcher.api: [INFO]   rdzv_endpoint    : {endpoint}
+"""
+
+
+def ids(text: str) -> list[str]:
+    return [item.entry_id for item in from_heads([text])]
+
+
+def test_several_nodes_meeting_on_localhost_is_a_single_node_launch_repeated() -> None:
+    assert ids(CONFIG.format(nodes=2, endpoint="localhost:10010")) == ["D2"]
+    assert ids(CONFIG.format(nodes=2, endpoint="10.0.0.5:29400")) == []
+    assert ids(CONFIG.format(nodes=1, endpoint="localhost:29400")) == []
+
+
+GLUED = """\
+    torch.distributed.init_process_group(backend,  File "/opt/venv/lib/python3.9/site-packages/torch/distributed/distributed_c10d.py", line 895, in init_process_group
+
+    torch.distributed.init_process_group(backend,  File "/opt/venv/lib/python3.9/site-packages/torch/distributed/distributed_c10d.py", line 895, in init_process_group
+  File "/opt/venv/lib/python3.9/site-packages/torch/distributed/distributed_c10d.py", line 1009, in _new_process_group_helper
+"""
+
+
+def test_frames_glued_behind_other_output_are_mixed_tracebacks() -> None:
+    assert ids(GLUED) == ["P4"]
+
+
+def test_rank_prefixes_in_front_of_frames_are_not_glue() -> None:
+    dump = "\n".join(
+        f'[rank{r}]:  File "/usr/lib/python3.11/threading.py", line 324 in wait' for r in range(4)
+    )
+    assert "P4" not in ids(dump)
+
+
+def test_every_rank_quoting_the_same_line_in_its_traceback_is_not_duplicated_output() -> None:
+    traceback = "".join(
+        f'[rank{r}]: Traceback (most recent call last):\n[rank{r}]:   File "train.py", line 3, in <module>\n'
+        f'[rank{r}]:     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=10))\n'
+        f"[rank{r}]: ValueError: trying to initialize the default process group twice!\n"
+        for r in range(2)
+    )
+    assert ids(traceback) == []
+    progress = "".join(f"[rank{r}]: epoch 1 step 100 loss 0.2345 lr 0.001\n" for r in range(2)) * 2
+    progress += "".join(f"[rank{r}]: epoch 1 step 200 loss 0.1234 lr 0.001\n" for r in range(2))
+    assert ids(progress) == ["D23"]

@@ -1,0 +1,81 @@
+"""Which code of a script runs once per rank, and which once in the parent that starts the ranks.
+
+Under torchrun every line runs in every rank's process. With `mp.spawn` (or `multiprocessing`,
+`torch_xla`, `notebook_launcher`) only the spawned function and what it calls run per rank; the
+code that starts the workers runs once.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from triage.core.lint.script import FunctionNode, Script
+
+
+class RankProcesses:
+    """The functions a script spawns per rank, and whether a node runs in every rank's process."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.spawn_targets: dict[str, FunctionNode] = self._spawn_targets()
+        self.launcher_functions = self._launcher_functions()
+
+    def _spawn_targets(self) -> dict[str, FunctionNode]:
+        targets: dict[str, FunctionNode] = {}
+        for call in self.script.calls("spawn", "start_processes", "Process", "notebook_launcher"):
+            if not (
+                call.name.startswith(("torch.multiprocessing", "multiprocessing", "torch_xla"))
+                or call.tail == "notebook_launcher"
+            ):
+                continue
+            fn = call.kwarg("target") or call.kwarg("fn") or call.kwarg("function")
+            if fn is None and call.node.args:
+                fn = call.node.args[0]
+            if isinstance(fn, ast.Name) and fn.id in self.script.functions:
+                targets[fn.id] = self.script.functions[fn.id][0]
+        return targets
+
+    def _launcher_functions(self) -> set[ast.AST]:
+        """With mp.spawn, the code that starts the workers runs once, not once per rank."""
+        if not self.spawn_targets:
+            return set()
+        per_rank: set[str] = set()
+        todo = list(self.spawn_targets)
+        while todo:
+            name = todo.pop()
+            if name in per_rank or name not in self.script.functions:
+                continue
+            per_rank.add(name)
+            for node in ast.walk(self.script.functions[name][0]):
+                if isinstance(node, ast.Call):
+                    local = self.script.local_function(node)
+                    if local is not None:
+                        todo.append(local.name)
+        launching: set[ast.AST] = {self.script.tree}
+        for name, defs in self.script.functions.items():
+            if name not in per_rank:
+                launching.update(defs)
+        return launching
+
+    def per_rank(self, node: ast.AST) -> bool:
+        """Whether this code runs in every rank's process (not in an mp.spawn parent)."""
+        if not self.launcher_functions:
+            return True
+        for scope in (node, *self.script.ancestors(node)):
+            if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef) and scope.name in self.spawn_targets:
+                return True
+            if (
+                isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module)
+                and scope not in self.launcher_functions
+            ):
+                return True
+        return False
+
+    def spawned_index(self, name: str, scope: ast.AST) -> bool:
+        """The first parameter of a function started by mp.spawn is its local process index."""
+        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            return False
+        if self.spawn_targets.get(scope.name) is not scope:
+            return False
+        params = scope.args.posonlyargs + scope.args.args
+        return bool(params) and params[0].arg == name

@@ -1,0 +1,108 @@
+"""The words of ranks: the names, calls and variables that hold a rank, the names that mean "the
+main process", and what a comparison with a rank says about which ranks it holds on.
+
+`Side` says which ranks a condition holds on (only rank 0, every rank but 0, some), `RankKind`
+whether a value is the global or the node-local rank, and a `Gate` is the innermost rank condition
+a statement runs under (built in `rank_gates`).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Literal
+
+from triage.core import launchers
+
+Side = Literal["zero", "nonzero", "other"]
+RankKind = Literal["global", "local"]
+
+GLOBAL_RANK_NAMES = frozenset(
+    {"rank", "global_rank", "world_rank", "ddp_rank", "process_rank", "proc_rank", "my_rank", "process_index"}
+)
+LOCAL_RANK_NAMES = frozenset(
+    {"local_rank", "ddp_local_rank", "local_process_index", "lrank", "local_gpu_rank"}
+)
+RANK_CALLS: dict[str, RankKind] = {
+    "get_rank": "global",
+    "get_global_rank": "global",
+    "get_ordinal": "global",
+    "get_local_rank": "local",
+    "get_local_ordinal": "local",
+    "get_node_local_rank": "local",
+}
+RANK_ENV: dict[str, RankKind] = {
+    **dict.fromkeys(launchers.RANK, "global"),
+    **dict.fromkeys(launchers.LOCAL_RANK, "local"),
+}
+# Names, attributes and calls that mean "this is the main process".
+MAIN_NAMES = frozenset(
+    {
+        "is_main_process",
+        "is_local_main_process",
+        "is_global_zero",
+        "is_master",
+        "master_process",
+        "is_main",
+        "main_process",
+        "is_rank_zero",
+        "is_rank0",
+        "is_master_process",
+        "is_main_rank",
+        "is_world_process_zero",
+        "is_local_process_zero",
+        "is_master_ordinal",
+        "is_primary",
+        "is_rank_0",
+        "is_chief",
+    }
+)
+MAIN_DECORATORS = frozenset(
+    {"rank_zero_only", "main_process_only", "on_main_process", "on_local_main_process"}
+)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The rank condition a statement runs under, and how to say where it is."""
+
+    side: Side
+    line: int
+    where: str  # "inside `if rank == 0:` at line 40"
+
+    @property
+    def who(self) -> str:
+        return {"zero": "rank 0", "nonzero": "the ranks other than 0", "other": "some ranks"}[self.side]
+
+
+def negate(side: Side) -> Side:
+    """The other side of a rank condition."""
+    return {"zero": "nonzero", "nonzero": "zero", "other": "other"}[side]  # type: ignore[return-value]
+
+
+def flip(op: ast.cmpop) -> ast.cmpop:
+    """The same comparison with its sides swapped (`0 < rank` is `rank > 0`)."""
+    flips: dict[type[ast.cmpop], ast.cmpop] = {
+        ast.Lt: ast.Gt(),
+        ast.Gt: ast.Lt(),
+        ast.LtE: ast.GtE(),
+        ast.GtE: ast.LtE(),
+    }
+    return flips.get(type(op), op)
+
+
+def compare_side(op: ast.cmpop, value: int) -> Side | None:
+    """Which ranks satisfy `rank <op> value` in a distributed run (ranks are 0..N-1)."""
+    if isinstance(op, ast.Eq):
+        return "zero" if value == 0 else None if value < 0 else "other"
+    if isinstance(op, ast.NotEq):
+        return "nonzero" if value == 0 else None if value < 0 else "other"
+    if isinstance(op, ast.Gt):
+        return None if value < 0 else "nonzero" if value == 0 else "other"
+    if isinstance(op, ast.GtE):
+        return None if value <= 0 else "nonzero" if value == 1 else "other"
+    if isinstance(op, ast.Lt):
+        return None if value <= 0 else "zero" if value == 1 else "other"
+    if isinstance(op, ast.LtE):
+        return None if value < 0 else "zero" if value == 0 else "other"
+    return None

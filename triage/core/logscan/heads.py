@@ -1,0 +1,138 @@
+"""Patterns read from the start of each source (the first 16 KiB the scanner keeps), not from a
+single line: what a person sees scrolling the top of a paste.
+
+- the same lines printed once per rank: every rank prints progress (D23); a process announcing
+  the same global rank twice: each node formed a group of its own (D2);
+- torchrun's launch configuration asking for several nodes with its rendezvous on localhost:
+  every node meets only itself (D2);
+- frames of several processes' tracebacks glued into one line: the ranks wrote to one terminal
+  at once, and the error that ends each traceback may be lost in the mix (P4).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from triage.core.logscan.prefixes import split_prefix
+from triage.core.logscan.rules import Inferred
+
+SAME_RANK_TWICE = "D2"  # two processes announce the same global rank: separate groups per node
+LOCAL_RENDEZVOUS = "D2"  # several nodes asked for, the rendezvous on localhost
+EVERY_RANK_PRINTS = "D23"  # the same lines printed once per rank
+INTERLEAVED = "P4"  # tracebacks of several processes mixed into one another
+
+RANK_TWICE_SCORE = 0.8
+LOCAL_RENDEZVOUS_SCORE = 0.8
+DUPLICATES_SCORE = 0.55  # a finding only when nothing else is: duplicated output is not a crash
+INTERLEAVED_SCORE = 0.5  # likewise: mixed tracebacks hide the cause, they are not one
+MIN_DUPLICATED = 2  # distinct lines printed more than once before the output counts as duplicated
+MIN_GLUED = 2  # lines with a frame glued behind other text before the tracebacks count as mixed
+# Lines every rank prints by design (tracebacks, NCCL's and torch's own logs, separators): their
+# repetition says nothing about the user's program.
+_NOT_OUTPUT = re.compile(
+    r"^\s*(File \"|Traceback|\^+$|~+$|-+$|=+$|\*+$|\[?[IWEF]\d{4} |NCCL |\w*(Error|Exception|Warning)\b"
+    r"|(time|host|rank|exitcode|error_file|traceback)\s+: )"  # torchrun's summary, one block per failed rank
+)
+# A process announcing which rank it is: the same announcement twice means two processes both
+# believe they are that rank (a single-node launch repeated on every node).
+_RANK_ANNOUNCEMENT = re.compile(
+    r"GLOBAL_RANK:?\s*\d+|MEMBER:\s*\d+/\d+|\bglobal rank\s*:?\s*\d+", re.IGNORECASE
+)
+# torchrun's launch configuration (LOGLEVEL=INFO): `min_nodes        : 2`, `rdzv_endpoint    : localhost:10010`
+_MIN_NODES = re.compile(r"\bmin_nodes\s*: (?P<n>\d+)\s*$")
+_LOCAL_ENDPOINT = re.compile(
+    r"\brdzv_endpoint\s*: (?P<host>localhost|127\.\d+\.\d+\.\d+|\[?::1\]?)(?::\d+)?\s*$"
+)
+# A frame that does not start its line: another process's output ran into it.
+_GLUED_FRAME = re.compile(r"\S\s*File \"[^\"]{1,300}\", line \d+")
+
+
+def from_heads(heads: list[str]) -> list[Inferred]:
+    """The diagnoses the start of the sources shows."""
+    found = _duplicated_output(heads)
+    found.extend(_local_rendezvous(heads))
+    found.extend(_interleaved(heads))
+    return found
+
+
+def _duplicated_output(heads: list[str]) -> list[Inferred]:
+    """Every rank printing the same progress lines: the start of the log shows lines (without
+    their rank prefix) repeated, as one copy per rank prints them."""
+    counts: Counter[str] = Counter()
+    for head in heads:
+        under_frame: set[int | None] = set()  # ranks whose previous line was a traceback frame
+        for line in head.splitlines():
+            split = split_prefix(line)
+            body = split.body.strip()
+            # the source line a traceback prints under each frame: every rank's traceback has it
+            quoted = split.rank in under_frame
+            under_frame.discard(split.rank)
+            if body.startswith('File "'):
+                under_frame.add(split.rank)
+            if len(body) >= 20 and not quoted and not _NOT_OUTPUT.match(body):
+                counts[body] += 1
+    repeated = [line for line, n in counts.items() if n > 1]
+    announced = [line for line in repeated if _RANK_ANNOUNCEMENT.search(line)]
+    if announced:
+        return [
+            Inferred(
+                SAME_RANK_TWICE,
+                RANK_TWICE_SCORE,
+                (),
+                f"two processes announce the same rank ({announced[0][:80]!r}): each node formed a group of its own",
+                True,
+            )
+        ]
+    if len(repeated) < MIN_DUPLICATED or sum(counts[line] for line in repeated) * 2 < sum(counts.values()):
+        return []
+    return [
+        Inferred(
+            EVERY_RANK_PRINTS,
+            DUPLICATES_SCORE,
+            (),
+            f"{len(repeated)} lines are printed more than once, as when every rank prints them: {repeated[0][:80]!r}",
+            False,
+        )
+    ]
+
+
+def _local_rendezvous(heads: list[str]) -> list[Inferred]:
+    """torchrun told to wait for several nodes at a rendezvous on this host's loopback."""
+    for head in heads:
+        nodes = endpoint = None
+        for line in head.splitlines():
+            body = split_prefix(line).body
+            nodes = nodes or _MIN_NODES.search(body)
+            endpoint = endpoint or _LOCAL_ENDPOINT.search(body)
+        if nodes is not None and endpoint is not None and int(nodes["n"]) > 1:
+            return [
+                Inferred(
+                    LOCAL_RENDEZVOUS,
+                    LOCAL_RENDEZVOUS_SCORE,
+                    (),
+                    f"torchrun waits for {nodes['n']} nodes at a rendezvous on {endpoint['host']}:"
+                    " each node can only meet itself there",
+                    True,
+                )
+            ]
+    return []
+
+
+def _interleaved(heads: list[str]) -> list[Inferred]:
+    """Traceback frames glued behind other text: several processes wrote to one stream at once."""
+    glued = sum(
+        1 for head in heads for line in head.splitlines() if _GLUED_FRAME.search(split_prefix(line).body)
+    )
+    if glued < MIN_GLUED:
+        return []
+    return [
+        Inferred(
+            INTERLEAVED,
+            INTERLEAVED_SCORE,
+            (),
+            f"{glued} lines hold a traceback frame glued behind other output: several processes' tracebacks"
+            " are mixed, and the error that ends each may be lost",
+            False,
+        )
+    ]
