@@ -15,7 +15,6 @@ time.
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 
@@ -41,6 +40,43 @@ TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would l
 if TYPE_CHECKING:
     from typing import Any
 
+
+class _Scanning:
+    """json.loads's settings, which its C scanner reads by name."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = float  # NaN, Infinity, -Infinity
+
+
+_SCAN: list[Callable[[str, int], tuple[Any, int]]] = []
+
+
+def loads(data: bytes) -> Any:
+    """json.loads for the compiled file's lines, done by the same C scanner, without importing the
+    json package: its import compiles half a dozen regexes (whitespace, numbers, escapes) and cost
+    more than all that `ask` decodes. A ValueError for what is not one JSON value."""
+    text = data.decode("utf-8").strip(" \t\n\r")
+    if not _SCAN:
+        try:
+            from _json import make_scanner
+        except ImportError:  # an interpreter without json's C part
+            import json
+
+            return json.loads(text)
+        _SCAN.append(make_scanner(_Scanning()))  # type: ignore[arg-type]
+    try:
+        value, end = _SCAN[0](text, 0)
+    except StopIteration:
+        raise ValueError("not a JSON value") from None
+    if end != len(text):
+        raise ValueError("more than one JSON value")
+    return value
+
+
 FORMAT = 7  # 7: the header gives each part's place; 6: nodes, facts and index parts on lines of their own; 5: postings in buckets, parts decoded on demand (3: signatures carry their bounded pattern and reach)
 DOC_FIELDS = ("root_cause", "fix")
 
@@ -61,7 +97,7 @@ class _Lazy(Mapping[str, "Any"]):
 
     def __getitem__(self, key: str) -> Any:
         if key not in self._decoded:
-            self._decoded[key] = self._decode(json.loads(self._raw[key]))
+            self._decoded[key] = self._decode(loads(self._raw[key]))
         return self._decoded[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -133,6 +169,8 @@ def with_docs(kb: KnowledgeBase, root: str | None = None) -> KnowledgeBase:
 
 
 def _line(value: object) -> str:
+    import json
+
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -212,7 +250,7 @@ def read(path: str) -> dict[str, Any] | None:
     try:
         raw = read_source(path, MAX_COMPILED_BYTES)
         body = raw.index(b"\n") + 1
-        data = json.loads(raw[:body])
+        data = loads(raw[:body])
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("parts"), dict):
@@ -269,10 +307,10 @@ def from_json(data: dict[str, Any]) -> KnowledgeBase:
     part = lines.groups(("entry", "fact", "node", "docs", "index", "postings"))
     return KnowledgeBase(
         entries=_Lazy(part["entry"], _entry),
-        sections=tuple(Section(**s) for s in json.loads(lines["sections"])),
+        sections=tuple(Section(**s) for s in loads(lines["sections"])),
         facts=_Lazy(part["fact"], _fact),
-        graph=Graph(json.loads(lines["graph"])["start"], _Lazy(part["node"], _node)),
+        graph=Graph(loads(lines["graph"])["start"], _Lazy(part["node"], _node)),
         docs=_Lazy(part["docs"]),
-        vocabulary={k: tuple(v) for k, v in json.loads(lines["vocabulary"]).items()},
+        vocabulary={k: tuple(v) for k, v in loads(lines["vocabulary"]).items()},
         match_index=_Lazy(part["index"], ready={"postings": _Postings(part["postings"])}),
     )
