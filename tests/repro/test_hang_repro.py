@@ -8,11 +8,12 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
 from tests.conftest import REPO
-from triage.repro.hangs import HANGS, HangScenario, hung_job
+from triage.repro.hangs import HANGS, LAUNCHERS, HangScenario, hung_job
 from triage.repro.runner import processes_with_token
 
 pytestmark = pytest.mark.slow
@@ -37,13 +38,46 @@ def test_a_real_hang_is_named_with_its_suspects_and_line(scenario: HangScenario)
         token = job.token
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
+    _assert_named(data, scenario)
+    assert processes_with_token(token) == []
+
+
+def _assert_named(data: dict[str, Any], scenario: HangScenario) -> None:
+    """The entry first, the suspect ranks, and the line each rank stopped at (where it has one)."""
     assert data["diagnoses"][0]["id"] == scenario.expect, data["verdict"]
     assert data["suspect_ranks"] == list(scenario.suspects)
-    line = scenario.suspect_line()
     suspects = [r for r in data["ranks"] if r["rank"] in scenario.suspects]
-    assert suspects and all(r["user_frame"]["line"] == line for r in suspects), suspects
-    assert all(r["user_frame"]["file"].endswith(scenario.script) for r in suspects)
-    assert len(data["ranks"]) == scenario.nproc
+    others = [r for r in data["ranks"] if r["rank"] not in scenario.suspects]
+    if scenario.gone:  # no process: listed as missing ranks of the world, not as ranks read
+        assert data["missing_ranks"] == list(scenario.suspects) and suspects == []
+        assert len(data["ranks"]) == scenario.nproc - len(scenario.suspects)
+    else:
+        assert len(data["ranks"]) == scenario.nproc
+        line = scenario.suspect_line()
+        assert suspects and all(r["user_frame"]["line"] == line for r in suspects), suspects
+        assert all(r["user_frame"]["file"].endswith(scenario.script) for r in suspects)
+    if scenario.gone or scenario.id in ("MN3-save", "MN3-async"):
+        waiting = scenario.waiting_line()
+        assert others and all(r["user_frame"]["line"] == waiting for r in others), others
+        assert all(r["state"] in ("collective", "init") and r["collective"] for r in others), others
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS[1:])
+def test_a_hang_under_each_launcher_is_found_from_the_launcher(launcher: str) -> None:
+    """`python -m torch.distributed.run` is the other tests' launcher; here `torchrun`,
+    `accelerate launch` and `deepspeed` start the same job, and the launcher's PID leads to its
+    ranks. DeepSpeed is no dependency of triage (its build wants torch at install time): the case
+    runs where it is installed (on CPU it picks its CPU accelerator)."""
+    if launcher in ("accelerate", "deepspeed"):
+        pytest.importorskip(launcher)
+    scenario = HANGS[0]
+    with hung_job(scenario, launcher=launcher) as job:
+        done = _hang("--json", "--pid", str(job.launcher_pid))
+        token = job.token
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    _assert_named(data, scenario)
+    assert {r["collective"] for r in data["ranks"]} == {"barrier", "all_reduce"}
     assert processes_with_token(token) == []
 
 

@@ -20,6 +20,7 @@ from triage.repro import HERE
 from triage.repro.runner import _SCRUB, TOKEN_VAR, end_processes, free_port, processes_with_token
 
 MARKER = "# the suspect stops here"
+WAIT_MARKER = "# the others wait here"
 WITH_RECORDERS = HERE / "with_recorders.py"
 
 
@@ -33,6 +34,7 @@ class HangScenario:
     expect: str  # the entry `triage hang` must name first
     suspects: tuple[int, ...]
     nproc: int = 2
+    gone: bool = False  # the suspects have exited: no process, no line, the others wait for them
 
     @property
     def path(self) -> str:
@@ -40,11 +42,18 @@ class HangScenario:
 
     def suspect_line(self) -> int:
         """The line the suspect ranks stop at, marked in the script."""
+        return self._marked(MARKER)
+
+    def waiting_line(self) -> int:
+        """The line the other ranks wait at, where the script marks it."""
+        return self._marked(WAIT_MARKER)
+
+    def _marked(self, marker: str) -> int:
         with open(self.path, encoding="utf-8") as handle:
             for number, text in enumerate(handle, 1):
-                if MARKER in text:
+                if marker in text:
                     return number
-        raise LookupError(f"{self.script} has no `{MARKER}` marker")
+        raise LookupError(f"{self.script} has no `{marker}` marker")
 
 
 HANGS: tuple[HangScenario, ...] = (
@@ -67,7 +76,55 @@ HANGS: tuple[HangScenario, ...] = (
         "D19",
         (1,),
     ),
+    HangScenario(
+        "MN3-save",
+        "rank 0's checkpoint write stalls while rank 1 waits in the barrier after it",
+        "hang_checkpoint.py",
+        "MN3",
+        (0,),
+    ),
+    HangScenario(
+        "MN3-async",
+        "rank 1 stuck reading a sample while rank 0 waits on an async all_reduce (as NCCL ranks do)",
+        "hang_async_wait.py",
+        "MN3",
+        (1,),
+    ),
+    HangScenario(
+        "D20-gone",
+        "rank 1 returns before joining the group (exit 0); rank 0 waits in init_process_group",
+        "hang_rank_gone.py",
+        "D20",
+        (1,),
+        gone=True,
+    ),
 )
+# How each launcher starts a job of N local ranks on a loopback port: the command before the script.
+LAUNCHERS = ("torch.distributed.run", "torchrun", "accelerate", "deepspeed")
+
+
+def launch_command(launcher: str, nproc: int, port: int) -> list[str]:
+    """The launcher's command line for `nproc` ranks on this machine (the script follows it)."""
+    if launcher == "torch.distributed.run":
+        return [sys.executable, "-m", "torch.distributed.run", *_torchrun_args(nproc, port)]
+    if launcher == "torchrun":
+        return [os.path.join(os.path.dirname(sys.executable), "torchrun"), *_torchrun_args(nproc, port)]
+    if launcher == "accelerate":
+        return [
+            sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", f"--num_processes={nproc}",
+            "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no",
+            "--main_process_ip=127.0.0.1", f"--main_process_port={port}",
+        ]  # fmt: skip
+    if launcher == "deepspeed":  # its per-node launcher runs each rank as `python -u script --local_rank=N`
+        return [
+            sys.executable, "-m", "deepspeed.launcher.runner", f"--num_gpus={nproc}",
+            "--master_addr=127.0.0.1", f"--master_port={port}",
+        ]  # fmt: skip
+    raise ValueError(f"unknown launcher {launcher!r}")
+
+
+def _torchrun_args(nproc: int, port: int) -> list[str]:
+    return ["--nnodes=1", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={port}"]
 
 
 @dataclass
@@ -108,10 +165,11 @@ def hung_job(
     start_timeout_s: float = 120.0,
     env: Mapping[str, str] | None = None,
     recorders: bool = False,
+    launcher: str = "torch.distributed.run",
 ) -> Iterator[HungJob]:
     """Start `scenario`, wait until every rank has used no CPU for `quiet_s` (frozen), yield it.
 
-    `env` adds variables to the job's environment; `recorders` runs the script under
+    `launcher` is one of LAUNCHERS; `env` adds variables to the job's environment; `recorders` runs the script under
     with_recorders.py (Flight Recorder dumps, the debug server: see there), whose threads use a
     little CPU in a frozen job, so a few ticks per rank still count as quiet."""
     token = uuid.uuid4().hex
@@ -122,10 +180,8 @@ def hung_job(
     )
     job_env.update(env or {})
     script = [str(WITH_RECORDERS), scenario.path] if recorders else [scenario.path]
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={scenario.nproc}",
-        "--master-addr=127.0.0.1", f"--master-port={port}", *script,
-    ]  # fmt: skip
+    command = [*launch_command(launcher, scenario.nproc, port), *script]
+    alive = scenario.nproc - (len(scenario.suspects) if scenario.gone else 0)
     proc = subprocess.Popen(
         command, env=job_env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -139,7 +195,9 @@ def hung_job(
                 raise RuntimeError(f"{scenario.script}: no hang within {start_timeout_s:g} s")
             time.sleep(quiet_s)
             now = _rank_cpu(token)
-            if len(now) >= scenario.nproc and _quiet(before, now, 3 if recorders else 0):
+            if (len(now) == alive if scenario.gone else len(now) >= alive) and _quiet(
+                before, now, 3 if recorders else 0
+            ):
                 break
             before = now
         yield HungJob(proc.pid, token, port)

@@ -128,3 +128,56 @@ def test_no_collective_anywhere_is_not_called_a_distributed_hang() -> None:
 
 def test_source_that_does_not_parse_gives_an_empty_context() -> None:
     assert line_context("def (:", 1).function == ""
+
+
+def test_a_rank_stuck_writing_a_checkpoint_is_named_as_saving() -> None:
+    save = (
+        Frame("write", "/usr/lib/python3.11/site-packages/torch/serialization.py", 1200),
+        Frame("save", "/venv/lib/python3.11/site-packages/torch/serialization.py", 967),
+        Frame("main", SCRIPT, 10),
+    )
+    state = classify(_sample(0, *save))
+    assert state.kind == "saving" and state.detail == "torch.save"
+    assert state.describe() == "writing a checkpoint (torch.save) at /job/train.py:10"
+    picture = analyse([_sample(0, *save), _sample(1, *_collective("barrier", 14))])
+    assert picture.suspect_ranks == (0,)
+    assert picture.verdict == "rank 0 is stuck writing a checkpoint while the others wait in a collective"
+    assert picture.diagnoses[0].entry == "MN3"
+
+
+ASYNC_SOURCE = textwrap.dedent(
+    """\
+    import torch.distributed as dist
+
+    def main(rank, loader, model):
+        work = None
+        for batch in loader:
+            loss = model(batch)
+            if work is not None:
+                work.wait()
+            work = dist.all_reduce(loss, async_op=True)
+            print(loss.item())
+    """
+)
+
+
+def _at(rank: int, line: int, *above: Frame, active: bool = False) -> RankSample:
+    frames = (*above, Frame("main", SCRIPT, line))
+    return RankSample(
+        pid=100 + rank, host="n1", rank=rank, world_size=2, local_world_size=2, frames=frames,
+        active=active, contexts={f"{SCRIPT}:{line}": line_context(ASYNC_SOURCE, line)},
+    )  # fmt: skip
+
+
+def test_an_idle_rank_at_a_wait_or_a_gpu_sync_point_waits_for_a_collective() -> None:
+    waiting = classify(_at(0, 8))
+    assert (waiting.kind, waiting.collective) == ("collective", "Work.wait")
+    synced = classify(_at(0, 10))
+    assert (synced.kind, synced.collective) == ("collective", ".item")
+    assert "NCCL" in synced.via
+    cuda = classify(
+        _at(0, 10, Frame("synchronize", "/venv/lib/python3.11/site-packages/torch/cuda/__init__.py", 9))
+    )
+    assert cuda.collective == "torch.cuda.synchronize"
+    # A rank that runs there is computing, not waiting.
+    assert classify(_at(0, 10, active=True)).kind == "computing"

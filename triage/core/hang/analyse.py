@@ -163,6 +163,7 @@ def _straggler(waiting: list[Group], others: list[Group]) -> tuple[list[Diagnosi
         return [Diagnosis("D20", lines), Diagnosis("MN3", lines)], _ints(tuple(odd)), verdict
     doing = {
         "data": "is stuck loading data",
+        "saving": "is stuck writing a checkpoint",
         "waiting": "is stuck outside any collective",
         "computing": "is still computing",
         "outside": "has no collective in flight",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from triage.core.hang.stacks import Frame, LineContext, RankSample
@@ -37,13 +38,22 @@ COLLECTIVES = frozenset(
 INIT_CALLS = frozenset(
     {"init_process_group", "new_group", "_new_group_with_tag", "rendezvous", "_store_based_barrier"}
 )
+# Where a rank that writes a checkpoint is, by file: outside any collective, a rank stuck here holds
+# the others up in theirs (a full disk, a hung network filesystem, a huge state dict).
+_SAVERS = {
+    "torch/serialization.py": "torch.save",
+    "torch/distributed/checkpoint/": "torch.distributed.checkpoint",
+    "safetensors/": "safetensors",
+    "transformers/modeling_utils.py": "save_pretrained",
+}
 _LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "<frozen", "/lib/python3")
 
 
 @dataclass(frozen=True)
 class RankState:
-    """A rank's state: `kind` is collective | init | data | waiting | computing | outside | exited |
-    unknown (`outside`: outside any collective, known only from its Flight Recorder)."""
+    """A rank's state: `kind` is collective | init | data | saving | waiting | computing | outside |
+    exited | unknown (`outside`: outside any collective, known only from its Flight Recorder;
+    `saving`: writing a checkpoint)."""
 
     rank: int | None
     pid: int
@@ -67,6 +77,7 @@ class RankState:
             return f"waiting in {self.collective}(){via}{where}"
         return {
             "data": f"loading data{where}",
+            "saving": f"writing a checkpoint ({self.detail}){where}",
             "waiting": f"waiting outside any collective (sleep, I/O or a lock){where}",
             "computing": f"computing outside any collective{where}",
             "outside": f"in no collective by its Flight Recorder ({self.detail})",
@@ -87,6 +98,30 @@ def user_frame(frames: tuple[Frame, ...]) -> Frame | None:
 
 def _short(function: str) -> str:
     return function.rsplit(".", 1)[-1]
+
+
+# A collective issued with async_op=True (and every NCCL collective: the call returns at once and
+# the kernel runs on the GPU) is waited for later, in C++ code that leaves no Python frame: the
+# rank's innermost frame is the user's line that waits. Python frames of torch.cuda's
+# synchronize() are the other way to wait there.
+_WAITS = re.compile(r"\.wait\(\s*\)")
+_GPU_SYNCS = re.compile(r"\.(item|cpu|tolist|numpy)\(\s*\)|\bsynchronize\(")
+_GPU_VIA = "a GPU sync point: with NCCL, a collective queued before it has not finished"
+
+
+def _pending(frames: tuple[Frame, ...], context: LineContext | None) -> tuple[str, str] | None:
+    """The collective an idle rank waits for outside any torch.distributed call, as (name, via)."""
+    if not frames:
+        return None
+    if frames[0].file.endswith("torch/cuda/__init__.py") and _short(frames[0].function) == "synchronize":
+        return "torch.cuda.synchronize", _GPU_VIA
+    code = context.code if context is not None and not is_library(frames[0].file) else ""
+    if _WAITS.search(code):
+        return "Work.wait", "the result of a collective issued with async_op=True"
+    found = _GPU_SYNCS.search(code)
+    if found:
+        return (found.group(1) and f".{found.group(1)}") or "synchronize", _GPU_VIA
+    return None
 
 
 def classify(sample: RankSample) -> RankState:
@@ -115,4 +150,10 @@ def classify(sample: RankSample) -> RankState:
             )
     if any("torch/utils/data/" in f.file for f in frames):
         return replace(base, kind="data")
+    saving = next((_SAVERS[m] for f in frames for m in _SAVERS if m in f.file), None)
+    if saving is not None:
+        return replace(base, kind="saving", detail=saving)
+    pending = _pending(frames, base.context) if not sample.active else None
+    if pending is not None:
+        return replace(base, kind="collective", collective=pending[0], via=pending[1])
     return replace(base, kind="computing" if sample.active or sample.moving else "waiting")

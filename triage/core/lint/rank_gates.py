@@ -73,7 +73,9 @@ class RankGates:
                 )
                 self._walk(stmt.orelse, self._combine(current, other), scope)
                 exit_word = exit_word_of(stmt.body)
-                if exit_word and not stmt.orelse:
+                # `if rank not in grid: raise` is a precondition: the ranks past it are the ones that
+                # did not fail, not a subset that skips what follows.
+                if exit_word and exit_word != "raise" and not stmt.orelse:
                     current = self._combine(
                         current,
                         Gate(

@@ -27,6 +27,7 @@ RANK_CALLS: dict[str, RankKind] = {
     "get_rank": "global",
     "get_global_rank": "global",
     "get_ordinal": "global",
+    "process_index": "global",  # jax.process_index(), the rank of a JAX/Flax script
     "get_local_rank": "local",
     "get_local_ordinal": "local",
     "get_node_local_rank": "local",

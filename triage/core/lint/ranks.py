@@ -30,7 +30,7 @@ from triage.core.lint.rank_terms import (
     flip,
     negate,
 )
-from triage.core.lint.script import Scope, Script, const_int, dotted
+from triage.core.lint.script import FunctionNode, Scope, Script, const_int, dotted
 
 __all__ = ["Gate", "RankKind", "RankModel", "Side", "negate"]
 
@@ -139,6 +139,13 @@ class RankModel:
                 return None
             if isinstance(test.op, ast.Or) and {"zero", "nonzero"} <= sides:
                 return None
+            # `is_main_process or distributed_type == DEEPSPEED`: every rank, where the backend needs
+            # it; while `not enable_fsdp or rank == 0` ("one process, or rank 0") is a gate.
+            if isinstance(test.op, ast.Or) and any(
+                not isinstance(v, ast.UnaryOp) and _needs_every_rank(self.script.text(v, 200))
+                for v in test.values
+            ):
+                return None
             return sides.pop() if len(sides) == 1 else "zero" if "zero" in sides else "other"
         if isinstance(test, ast.Compare):
             return self._compare(test, scope)
@@ -235,11 +242,31 @@ class RankModel:
                     for sub_target, sub_value in zip(target.elts, value.elts, strict=False):
                         self._bind(sub_target, sub_value, scope)
                 elif isinstance(target, ast.Tuple) and target.elts and isinstance(value, ast.Call):
+                    local = self.script.local_function(value)
                     callee = self.script.qual(value.func) or ""
-                    if callee.endswith("get_dist_info"):  # mmcv/mmengine: rank, world_size = get_dist_info()
+                    if local is not None:  # `a, rank, b = setup()`: the tuple `setup` returns, by position
+                        self._bind_returned(target, local)
+                    elif callee.endswith(
+                        "get_dist_info"
+                    ):  # mmcv/mmengine: rank, world_size = get_dist_info()
                         self._store(self.values, target.elts[0], "global", scope)
                 else:
                     self._bind(target, value, scope)
+
+    def _bind_returned(self, target: ast.Tuple, function: FunctionNode) -> None:
+        """Bind each name of `target` to what `function` returns at its position, where every
+        tuple it returns agrees (`return True, rank, ...` and `return False, 0, ...`)."""
+        scope = self.script.scope_of(target)
+        kinds: list[set[RankKind | None]] = [set() for _ in target.elts]
+        for node in ast.walk(function):
+            if isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple):
+                for i, (elt, returned) in enumerate(zip(target.elts, node.value.elts, strict=False)):
+                    if not isinstance(elt, ast.Starred):
+                        kinds[i].add(self.rank_kind(returned, function))
+        for elt, found in zip(target.elts, kinds, strict=True):
+            known = [k for k in found if k is not None]
+            if len(set(known)) == 1:
+                self._store(self.values, elt, known[0], scope)
 
     def _bind(self, target: ast.AST, value: ast.AST, scope: Scope) -> None:
         kind = self.rank_kind(value, scope)
@@ -305,3 +332,9 @@ class RankModel:
     def effective_gate(self, node: ast.AST) -> Gate | None:
         """The gate of `node`, or of its function when that function is only called under one."""
         return self.gates.effective_gate(node)
+
+
+def _needs_every_rank(text: str) -> bool:
+    """A test of a backend under which every rank must make the call (DeepSpeed, FSDP)."""
+    lowered = text.lower()
+    return "deepspeed" in lowered or "fsdp" in lowered or "fully_shard" in lowered

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.patterns import kwarg_true
+from triage.core.lint.patterns import enclosing_ifs, kwarg_true
 from triage.core.lint.ranks import Gate
 from triage.core.lint.script import Call, FunctionNode, dotted
 
@@ -272,14 +272,47 @@ def _helper_communications(
     for keyword in site.node.keywords:
         if keyword.arg:
             passed[keyword.arg] = ctx.wrappers.kind(keyword.value, site.scope)
+    arguments = _arguments(helper, site)
     for inner in ctx.script.call_list:
         if inner.scope is not helper or ctx.ranks.gate(inner.node) is not None:
+            continue
+        if _switched_off(ctx, inner.node, helper, arguments):
             continue
         found = communication(ctx, inner)
         if found is None and isinstance(inner.node.func, ast.Name) and passed.get(inner.node.func.id):
             found = _forward(inner, passed[inner.node.func.id] or "")
         if found is not None:
             yield found, f"`{helper.name}()` calls {found.label} (line {inner.node.lineno}) and "
+
+
+def _arguments(helper: FunctionNode, site: Call) -> dict[str, ast.expr]:
+    """What each parameter of `helper` gets at this call: the argument, else its default."""
+    params = helper.args.posonlyargs + helper.args.args
+    values: dict[str, ast.expr] = {}
+    for param, default in zip(reversed(params), reversed(helper.args.defaults), strict=False):
+        values[param.arg] = default
+    for param, maybe in zip(helper.args.kwonlyargs, helper.args.kw_defaults, strict=True):
+        if maybe is not None:
+            values[param.arg] = maybe
+    names = [a.arg for a in params]
+    if names and names[0] in ("self", "cls") and isinstance(site.node.func, ast.Attribute):
+        names = names[1:]
+    values.update(dict(zip(names, site.node.args, strict=False)))
+    values.update({k.arg: k.value for k in site.node.keywords if k.arg})
+    return values
+
+
+def _switched_off(ctx: Context, node: ast.AST, helper: FunctionNode, arguments: dict[str, ast.expr]) -> bool:
+    """`if synchronize: barrier()` in a helper called with `synchronize=False`: not run there."""
+    for test_if in enclosing_ifs(ctx.script, node, stop=helper):
+        in_body = any(node in ast.walk(stmt) for stmt in test_if.body)
+        test, wanted = test_if.test, True
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            test, wanted = test.operand, False
+        value = arguments.get(test.id) if isinstance(test, ast.Name) else None
+        if in_body and isinstance(value, ast.Constant) and bool(value.value) is not wanted:
+            return True
+    return False
 
 
 def _candidates(ctx: Context) -> Iterator[_Candidate]:
@@ -297,16 +330,43 @@ def _candidates(ctx: Context) -> Iterator[_Candidate]:
                 yield _Candidate(found, gate, call.node, via)
 
 
+def _other_arm_calls(ctx: Context, c: _Candidate) -> bool:
+    """Whether the other arm of the gating `if` (its `else`, an `elif` chain included, or its body
+    for a call in the `else`) makes the same call: `if rank == dst: gather(x, out) else:
+    gather(x, None)` reaches it on every rank."""
+    child: ast.AST = c.at
+    for parent in ctx.script.ancestors(c.at):
+        if isinstance(parent, FunctionNode | ast.Lambda):
+            return False
+        if isinstance(parent, ast.If) and parent.lineno == c.gate.line:
+            other = parent.orelse if child in parent.body else parent.body
+            nodes = {id(n) for stmt in other for n in ast.walk(stmt) if isinstance(n, ast.Call)}
+            same = dotted(c.at.func)
+            return any(
+                id(call.node) in nodes
+                and (
+                    (c.via and dotted(call.node.func) == same)  # the same helper
+                    or ((found := communication(ctx, call)) is not None and found.name == c.comm.name)
+                )
+                for call in ctx.script.call_list
+            )
+        child = parent
+    return False
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     """Every finding of this module's rules on one script."""
     candidates = list(_candidates(ctx))
     # Rank 0 and the other ranks each reaching the same collective in one function is the
     # "others wait, rank 0 works, rank 0 releases" pattern: every rank calls it once.
+    # So is `if rank == dst: gather(..., out) else: gather(..., None)`: both arms of one `if`.
     sides: dict[tuple[int, str], set[str]] = {}
     for c in candidates:
         sides.setdefault((id(ctx.script.scope_of(c.at)), c.comm.name), set()).add(c.gate.side)
     for c in candidates:
         if {"zero", "nonzero"} <= sides[(id(ctx.script.scope_of(c.at)), c.comm.name)]:
+            continue
+        if _other_arm_calls(ctx, c):
             continue
         rule = TRG021 if c.comm.certain else TRG036
         tail = (

@@ -232,7 +232,7 @@ def _check_load(ctx: Context) -> Iterator[Finding]:
     for call in ctx.script.calls("load"):
         if call.name != "torch.load" or len(call.node.args) > 1 or call.kwarg("map_location") is not None:
             continue
-        if call.has_star_kwargs() or not ctx.ranks.per_rank(call.node):
+        if call.has_star_kwargs() or not ctx.ranks.per_rank(call.node) or _mapped_elsewhere(ctx, call):
             continue
         yield ctx.finding(
             TRG031,
@@ -240,6 +240,27 @@ def _check_load(ctx: Context) -> Iterator[Finding]:
             "torch.load() without map_location puts the saved tensors back on the GPU they came from"
             " (cuda:0 on every rank); pass map_location",
         )
+
+
+def _mapped_elsewhere(ctx: Context, call: Call) -> bool:
+    """`if gpu is None: torch.load(p) else: torch.load(p, map_location=loc)`: the other arm of the
+    innermost `if` maps the load, so the author chose per case (the unmapped arm is the
+    single-process one)."""
+    child: ast.AST = call.node
+    for parent in ctx.script.ancestors(call.node):
+        if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return False
+        if isinstance(parent, ast.If):
+            other = parent.orelse if child in parent.body else parent.body
+            return any(
+                isinstance(node, ast.Call)
+                and ctx.script.qual(node.func) == "torch.load"
+                and any(k.arg == "map_location" for k in node.keywords)
+                for stmt in other
+                for node in ast.walk(stmt)
+            )
+        child = parent
+    return False
 
 
 def _multiprocess(ctx: Context) -> bool:

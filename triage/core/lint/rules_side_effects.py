@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
 from triage.core.lint.patterns import loops_of
-from triage.core.lint.script import Call, dotted
+from triage.core.lint.script import Call, FunctionNode, dotted
 
 TRG023 = Rule(
     code="TRG023",
@@ -93,16 +93,199 @@ _SAME_FILE = "N processes write the same file at once; write on rank 0, then bar
 def _everyone(ctx: Context, call: Call) -> bool:
     """Whether every rank runs this call (no rank condition around it, in a per-rank process)."""
     gate = ctx.ranks.effective_gate(call.node)
-    return (gate is None or gate.side == "nonzero") and ctx.ranks.per_rank(call.node)
+    return (
+        (gate is None or gate.side == "nonzero")
+        and ctx.ranks.per_rank(call.node)
+        and not _conditional_expression(ctx, call)
+        and _anchored(ctx, call)
+    )
 
 
-def _mentions_rank(ctx: Context, expr: ast.AST, call: Call) -> bool:
+def _conditional_expression(ctx: Context, call: Call) -> bool:
+    """`tqdm(it) if is_main else it`, `is_main and print(x)`: a rank condition inside the statement."""
+    for parent in ctx.script.ancestors(call.node):
+        if isinstance(parent, ast.stmt):
+            return False
+        if isinstance(parent, ast.IfExp) and ctx.ranks.side(parent.test, call.scope) is not None:
+            return True
+        if isinstance(parent, ast.BoolOp) and any(ctx.ranks.side(v, call.scope) for v in parent.values):
+            return True
+    return False
+
+
+def _anchored(ctx: Context, call: Call) -> bool:
+    """Whether this file says on which ranks the call's function runs. In a module with no entry
+    point of its own (no `__main__` block, no call at module level), a function that nothing
+    reached from the module's top level calls is run by other files, on ranks this file cannot
+    see: gated there, or not."""
+    outer = [a.name for a in ctx.script.ancestors(call.node) if isinstance(a, FunctionNode | ast.ClassDef)]
+    if outer and outer[0] in _callbacks(ctx):
+        return False
+    if not outer or _has_entry(ctx):
+        return True
+    return any(name in _reached(ctx) for name in outer)
+
+
+_LAUNCHES = frozenset(
+    {"spawn", "start_processes", "Process", "notebook_launcher", "launch", "elastic_launch", "debug_launcher"}
+)
+
+
+def _callbacks(ctx: Context) -> set[str]:
+    """Functions of this file handed to another call and never called here by name
+    (`accelerator.register_save_state_pre_hook(save_model_hook)`): they run where that call runs
+    them, on ranks this file does not say."""
+    cached = ctx.script.cache.get("side_effects.callbacks")
+    if isinstance(cached, set):
+        return cached
+    called = {local.name for c in ctx.script.call_list if (local := ctx.script.local_function(c.node))}
+    passed = {
+        arg.id
+        for c in ctx.script.call_list
+        if c.tail not in _LAUNCHES  # a worker handed to mp.spawn runs on every rank
+        for arg in (*c.node.args, *(k.value for k in c.node.keywords))
+        if isinstance(arg, ast.Name) and arg.id in ctx.script.functions
+    }
+    found = passed - called
+    ctx.script.cache["side_effects.callbacks"] = found
+    return found
+
+
+def _reached(ctx: Context) -> set[str]:
+    """Functions and classes of this file called from its top level, and from those (closure)."""
+    cached = ctx.script.cache.get("side_effects.reached")
+    if isinstance(cached, set):
+        return cached
+    callers: dict[str, set[str]] = {}  # enclosing function/class name ("" at top level) -> callees
+    for c in ctx.script.call_list:
+        local = ctx.script.local_function(c.node)
+        callee = local.name if local is not None else c.tail if c.tail in ctx.script.classes else None
+        if callee is None:
+            continue
+        owners = [a.name for a in ctx.script.ancestors(c.node) if isinstance(a, FunctionNode | ast.ClassDef)]
+        for owner in owners or [""]:
+            callers.setdefault(owner, set()).add(callee)
+    reached: set[str] = set()
+    todo = [""]
+    while todo:
+        for callee in callers.get(todo.pop(), ()):
+            if callee not in reached:
+                reached.add(callee)
+                todo.append(callee)
+    ctx.script.cache["side_effects.reached"] = reached
+    return reached
+
+
+_SETUP_TAILS = frozenset(
+    {
+        "init_process_group",
+        "init_distributed",
+        "initialize",
+        "Accelerator",
+        "Fabric",
+        "Trainer",
+        "spawn",
+        "start_processes",
+        "DistributedDataParallel",
+        "DDP",
+        "FullyShardedDataParallel",
+        "FSDP",
+        "fully_shard",
+    }
+)
+
+
+def _has_entry(ctx: Context) -> bool:
+    """Whether the file runs the job itself: a `__main__` block, work at module level (a loop, a
+    call of its own function or class; not a setting such as `torch.set_printoptions()`), or the
+    set-up of the process group or of a wrapper (a snippet's `def main(): init_process_group()`)."""
+    cached = ctx.script.cache.get("side_effects.entry")
+    if isinstance(cached, bool):
+        return cached
+    script = ctx.script
+    entry = any(
+        isinstance(stmt, ast.For | ast.While | ast.With)
+        or (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and (script.local_function(stmt.value) is not None or dotted(stmt.value.func) in script.classes)
+        )
+        or (isinstance(stmt, ast.If) and "__main__" in script.text(stmt.test, 200))
+        for stmt in script.tree.body
+    ) or any(c.tail in _SETUP_TAILS for c in script.call_list)
+    ctx.script.cache["side_effects.entry"] = entry
+    return entry
+
+
+def _mentions_rank(ctx: Context, expr: ast.AST, call: Call, depth: int = 3) -> bool:
+    """Whether a path or message depends on the rank, following the names it is built from in the
+    same function (`name = f"mp_rank_{tp_rank:02d}"`, then `join(d, f"{name}.pt")`)."""
     for node in ast.walk(expr):
         if isinstance(node, ast.Name | ast.Attribute | ast.Call) and ctx.ranks.rank_kind(node, call.scope):
             return True
         if isinstance(node, ast.Name | ast.Attribute) and "rank" in dotted(node).lower():
             return True
+        if isinstance(node, ast.keyword) and node.arg and "rank" in node.arg.lower():
+            return True
+        if depth and isinstance(node, ast.Name):
+            for value in _assigned(ctx, node.id, call.scope):
+                if _mentions_rank(ctx, value, call, depth - 1):
+                    return True
     return False
+
+
+def _assigned(ctx: Context, name: str, scope: ast.AST) -> list[ast.expr]:
+    """The values a name is assigned in one function (or the module)."""
+    values = []
+    for node in ctx.script.of_type(ast.Assign):
+        if ctx.script.scope_of(node) is scope and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            values.append(node.value)
+    return values
+
+
+# The helpers of torchvision's references (copied by DeiT, DETR, DINO, MAE, ConvNeXt, ...):
+# `init_distributed_mode` calls `setup_for_distributed`, which replaces `builtins.print`.
+_PRINT_SILENCERS = frozenset({"setup_for_distributed", "init_distributed_mode"})
+
+
+def _print_replaced(ctx: Context, call: Call) -> bool:
+    """The DeiT/DINO/MAE `setup_for_distributed`: `builtins.print` replaced by one that prints on
+    the main process only (or with `force=True`). A `force=` keyword says the same from a caller."""
+    if call.kwarg("force") is not None:
+        return True
+    cached = ctx.script.cache.get("side_effects.print_replaced")
+    if not isinstance(cached, bool):
+        cached = any(
+            any(dotted(t) in ("builtins.print", "__builtin__.print") for t in node.targets)
+            for node in ctx.script.of_type(ast.Assign)
+        ) or any(c.tail in _PRINT_SILENCERS for c in ctx.script.call_list)
+        ctx.script.cache["side_effects.print_replaced"] = cached
+    return cached
+
+
+def _leaves_loop(ctx: Context, call: Call) -> bool:
+    """A print just before `break` / `return` / `sys.exit()`: said once, as the loop ends."""
+    stmt = ctx.script.statement_of(call.node)
+    parent = ctx.script.parents.get(stmt) if stmt is not None else None
+    if stmt is None or parent is None:
+        return False
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(parent, field, None)
+        if isinstance(block, list) and stmt in block:
+            return any(_leaves(s) for s in block[block.index(stmt) + 1 :])
+    return False
+
+
+def _leaves(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.Break | ast.Return | ast.Raise):
+        return True
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and dotted(stmt.value.func).rsplit(".", 1)[-1] in ("exit", "_exit")
+    )
 
 
 def _in_memory(ctx: Context, target: ast.AST, call: Call) -> bool:
@@ -127,7 +310,12 @@ def _write(ctx: Context, call: Call) -> str | None:
         return f"torch.save() runs on every rank and the path does not contain the rank: {_SAME_FILE}"
     if tail == "save_file" and name.startswith("safetensors"):
         return f"safetensors save_file() runs on every rank: {_SAME_FILE}"
-    if tail == "save_pretrained" and call.kwarg("is_main_process") is None and not call.has_star_kwargs():
+    if (
+        tail == "save_pretrained"
+        and call.kwarg("is_main_process") is None
+        and call.kwarg("save_function") is None  # `accelerator.save` writes on the main process only
+        and not call.has_star_kwargs()
+    ):
         return (
             f"{ctx.script.text(call.node.func, 40)}() runs on every rank without is_main_process=: N processes"
             " write the same files; pass is_main_process=(rank == 0) or save on rank 0"
@@ -160,6 +348,8 @@ def _check_prints(ctx: Context) -> Iterator[Finding]:
         if call.name == "print":
             loops = loops_of(ctx.script, call.node)
             if not loops or id(loops[-1]) in reported or not _everyone(ctx, call):
+                continue
+            if _print_replaced(ctx, call) or _leaves_loop(ctx, call):
                 continue
             if (
                 any(_mentions_rank(ctx, arg, call) for arg in call.node.args)

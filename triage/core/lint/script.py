@@ -34,6 +34,34 @@ _FRAMEWORK_ROOTS = {
     "horovod": "horovod",
 }
 SPAWNERS = frozenset({"spawn", "start_processes"})
+# What a single-process script imports from these frameworks (a checkpoint converter's
+# `from accelerate import init_empty_weights`, DeepSpeed's fused optimizers): no processes.
+_SINGLE_PROCESS_IMPORTS = (
+    "accelerate.init_empty_weights",
+    "accelerate.init_on_device",
+    "accelerate.load_checkpoint_and_dispatch",
+    "accelerate.dispatch_model",
+    "accelerate.infer_auto_device_map",
+    "accelerate.cpu_offload",
+    "accelerate.disk_offload",
+    "accelerate.utils",
+    "accelerate.hooks",
+    "accelerate.big_modeling",
+    "deepspeed.ops",
+    "deepspeed.utils.zero_to_fp32",
+    "deepspeed.accelerator",
+    "deepspeed.profiling",
+    # reading a distributed checkpoint in one process (a converter)
+    "torch.distributed.checkpoint.FileSystemReader",
+    "torch.distributed.checkpoint.format_utils",
+    "torch.distributed.checkpoint.state_dict_loader._load_state_dict_from_keys",
+)
+
+
+def _single_process_import(target: str) -> bool:
+    return target.startswith(_SINGLE_PROCESS_IMPORTS)
+
+
 # Reading any launcher's rank or world-size variable means the script runs under a launcher.
 _RANK_ENV = frozenset(
     {*launchers.RANK, *launchers.LOCAL_RANK, *launchers.WORLD_SIZE, *launchers.LOCAL_WORLD_SIZE}
@@ -245,15 +273,18 @@ class Script:
         found: set[str] = set()
         for target in self.imports.values():
             root = target.split(".", 1)[0]
-            if root in _FRAMEWORK_ROOTS:
+            if root in _FRAMEWORK_ROOTS and not _single_process_import(target):
                 found.add(_FRAMEWORK_ROOTS[root])
-            if target.startswith(("torch.distributed", "torch.nn.parallel")) or target.endswith(
-                "DistributedSampler"
-            ):
+            if (
+                target.startswith(("torch.distributed", "torch.nn.parallel"))
+                or target.endswith("DistributedSampler")
+            ) and not _single_process_import(target):
                 found.add("torch.distributed")
         for call in self.call_list:
             name = call.name
-            if name.startswith("torch.distributed.") or name.startswith("torch.nn.parallel."):
+            if name.startswith(("torch.distributed.", "torch.nn.parallel.")) and not _single_process_import(
+                name
+            ):
                 found.add("torch.distributed")
             elif call.tail in SPAWNERS and name.startswith("torch.multiprocessing"):
                 found.add("spawn")
@@ -271,7 +302,16 @@ class Script:
                 and node.slice.value in _RANK_ENV
             ):
                 found.add("env")
+        if "lightning" in found and self._one_device():
+            found.discard("lightning")
         return frozenset(found)
+
+    def _one_device(self) -> bool:
+        """Every Fabric / Trainer here runs on one device (`devices=1`): one process, a utility."""
+        made = [
+            c for c in self.call_list if c.tail in ("Fabric", "Trainer") and "lightning" in c.name.lower()
+        ]
+        return bool(made) and all(const_int(c.kwarg("devices") or ast.Constant(None)) == 1 for c in made)
 
     @property
     def distributed(self) -> bool:
