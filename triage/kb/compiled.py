@@ -156,6 +156,7 @@ def with_docs(kb: KnowledgeBase, root: str | None = None) -> KnowledgeBase:
     the English background and, from `root`, the confidence model and the labelled reports
     (triage.kb.matching)."""
     from triage.core.match_index import build_index_data, compact_index
+    from triage.core.separate import REACH, stored_reach
     from triage.kb import markdown_ast
     from triage.kb.matching import english_zipf, read_confidence, read_reports
 
@@ -165,6 +166,7 @@ def with_docs(kb: KnowledgeBase, root: str | None = None) -> KnowledgeBase:
     confidence = read_confidence(root) if root is not None else None
     reports = read_reports(root) if root is not None else None
     index = compact_index(build_index_data(kb, english_zipf(), confidence, reports))
+    index[REACH] = stored_reach(kb)
     return kb._replace(docs=docs, match_index=index)
 
 
