@@ -13,7 +13,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from probes.hang.discover import LOCAL_WORLD_VARS, WORLD_VARS, Proc, all_procs, find_ranks, launcher_of
+from probes.hang.discover import (
+    LOCAL_WORLD_VARS,
+    WORLD_VARS,
+    Proc,
+    all_procs,
+    find_ranks,
+    launcher_of,
+    read_proc,
+)
 from probes.hang.pyspy import StackUnreadable, missing_message, pyspy_binary, sample
 from probes.hang.sources import Sources
 from triage.core.hang.stacks import RankSample
@@ -48,7 +56,8 @@ def read_rank(proc: Proc, host: str, timeout_s: float, deadline: float, sources:
     try:
         dump, moving = sample(proc.pid, min(timeout_s, left))
     except StackUnreadable as exc:
-        return replace(identity, error=str(exc), gone=not os.path.exists(f"/proc/{proc.pid}"))
+        # A rank that ended (or is a zombie) while py-spy read it is gone, not unreadable.
+        return replace(identity, error=str(exc), gone=read_proc(proc.pid) is None)
     contexts = sources.contexts(dump.frames)
     return replace(identity, frames=dump.frames, active=dump.active, moving=moving, contexts=contexts)
 

@@ -139,3 +139,27 @@ def test_ranks_that_exit_while_they_are_read_are_gone_not_unreadable(launch: obj
     assert {s.kind for s in picture.ranks} == {"exited"}
     assert picture.verdict == "the job's processes exited while triage read them: nothing is hung now"
     assert picture.diagnoses == ()
+
+
+def test_a_rank_left_a_zombie_is_gone_not_unreadable(launch: object) -> None:
+    proc = launch(2)  # type: ignore[operator]
+    ranks = [read_proc(pid) for pid in _children(proc.pid)]
+    assert all(r is not None for r in ranks)
+    os.kill(proc.pid, 19)  # SIGSTOP: the launcher cannot reap, so the killed ranks stay zombies
+    try:
+        deadline = time.monotonic() + 10
+        while _state(proc.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for child in _children(proc.pid):
+            os.kill(child, 9)
+        time.sleep(0.5)
+        assert [_state(r.pid) for r in ranks if r] == ["Z", "Z"]
+        deadline = time.monotonic() + 10
+        samples = [read_rank(r, "n1", 5.0, deadline, Sources()) for r in ranks if r is not None]
+        assert all(s.gone and s.error for s in samples)
+    finally:
+        os.kill(proc.pid, 18)  # SIGCONT
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]

@@ -122,7 +122,8 @@ def test_ignore_comments_and_pyproject_selection(run_cli: Run, tmp_path: Path) -
     script.write_text(BUGGY.replace(", timeout=datetime.timedelta(minutes=30)", ""))  # TRG021 and TRG040
 
     def codes() -> set[str]:
-        return {m["code"] for m in finding_lines(run_cli("lint", str(script), cwd=tmp_path))}
+        shown = run_cli("lint", "--min-severity", "info", str(script), cwd=tmp_path)
+        return {m["code"] for m in finding_lines(shown)}
 
     assert codes() == {"TRG021", "TRG040"}
     (tmp_path / "pyproject.toml").write_text('[tool.triage.lint]\nignore = ["TRG021"]\n')
@@ -220,3 +221,24 @@ def test_the_walk_branches_on_a_finding(run_cli: Run) -> None:
     )
     assert [(s["node"], s["via"]) for s in clean["trail"]][1] == ("hang_end_lint", "fact")
     assert clean["leaf"]["id"] == "D23"
+
+
+def test_advice_is_shown_only_when_asked(run_cli: Run, tmp_path: Path) -> None:
+    from triage.cli.lint import SEVERITIES as SHOWN
+    from triage.core.lint.model import SEVERITIES
+
+    assert SHOWN == SEVERITIES
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch.distributed as dist\ndist.init_process_group('nccl')\nt = 0\ndist.all_reduce(t)\n"
+    )
+    everything = json.loads(run_cli("lint", "--json", "--min-severity", "info", str(script)).stdout)
+    infos = [f["code"] for f in everything["findings"] if f["severity"] == "info"]
+    assert "TRG040" in infos  # the default collective timeout: advice, not a bug
+    default = run_cli("lint", str(script))
+    out = default.stdout.decode()
+    assert default.returncode == 0 and "TRG040" not in out
+    assert "below --min-severity not shown" in out
+    assert json.loads(run_cli("lint", "--json", str(script)).stdout)["hidden"]["info"] == len(infos)
+    named = run_cli("lint", "--select", "TRG040", str(script))
+    assert named.returncode == 1 and "TRG040" in named.stdout.decode()

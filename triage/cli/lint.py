@@ -20,6 +20,10 @@ from typing import TYPE_CHECKING, Any
 from triage.core.errors import UserError
 from triage.core.exitcodes import Exit
 
+# triage.core.lint.model.SEVERITIES, most severe first (not imported: the parser of every command
+# is built on each run, and the analyser is only loaded by `run`)
+SEVERITIES = ("error", "warning", "info")
+
 if TYPE_CHECKING:
     from triage.core.lint import Finding, LaunchFacts, Selection
 
@@ -56,6 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ignore", metavar="CODES", help="comma-separated codes or prefixes to skip (added to pyproject's)"
     )
     parser.add_argument(
+        "--min-severity",
+        choices=SEVERITIES,
+        default="warning",
+        help="the least severe findings to show (default: warning; `info` adds advice such as the "
+        "default collective timeout or an LR not scaled with the world size). A code named in "
+        "--select (or pyproject's select) is always shown",
+    )
+    parser.add_argument(
         "--config",
         type=Path,
         metavar="PYPROJECT",
@@ -75,15 +87,23 @@ def run(args: argparse.Namespace) -> int:
 
     selection = _selection(args)
     work = _collect(args.paths)
-    findings: list[Finding] = []
+    found: list[Finding] = []
     for source in work.sources:
-        findings += lint_source(source.text, source.display, selection, work.launches.get(source.key))
+        found += lint_source(source.text, source.display, selection, work.launches.get(source.key))
+    floor = SEVERITIES.index(args.min_severity)
+    named = selection.select or ()  # codes the user chose by name are shown whatever their severity
+    findings = [
+        f
+        for f in found
+        if SEVERITIES.index(f.severity) <= floor or any(f.code.startswith(code) for code in named)
+    ]
+    hidden = _counts([f for f in found if f not in findings])
     if args.json:
         import json
 
-        print(json.dumps(_as_json(findings, work), indent=2, ensure_ascii=False))
+        print(json.dumps({**_as_json(findings, work), "hidden": hidden}, indent=2, ensure_ascii=False))
     else:
-        _print(findings, work)
+        _print(findings, work, hidden)
     return Exit.NOT_FOUND if findings else Exit.OK
 
 
@@ -338,7 +358,7 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _print(findings: list[Finding], work: Work) -> None:
+def _print(findings: list[Finding], work: Work, hidden: dict[str, int]) -> None:
     from triage.core.lint import RULES
     from triage.render.terminal import BLUE, BOLD, RED, YELLOW, style_for
 
@@ -350,8 +370,10 @@ def _print(findings: list[Finding], work: Work) -> None:
         code = style.paint(f.code, BOLD, colours[f.severity])
         print(f"{f.path}:{f.line}:{f.col}: {code} [{f.entry}] {f.message}")
     files = _plural(len(work.sources), "file")
+    not_shown = ", ".join(_plural(n, word) for word, n in hidden.items() if n)
+    below = f" ({not_shown} below --min-severity not shown)" if not_shown else ""
     if not findings:
-        print(f"All clear: {files} checked, no findings.")
+        print(f"All clear: {files} checked, no findings{below}.")
         return
     print()
     for code in sorted({f.code for f in findings}):
@@ -359,7 +381,7 @@ def _print(findings: list[Finding], work: Work) -> None:
         print(f"  {code} ({r.severity}): {r.fix}. More: triage lint --explain {code}, triage show {r.entry}")
     counts = _counts(findings)
     parts = ", ".join(_plural(n, word) for word, n in counts.items() if n)
-    print(f"Found {_plural(len(findings), 'finding')} ({parts}) in {files}.")
+    print(f"Found {_plural(len(findings), 'finding')} ({parts}) in {files}{below}.")
 
 
 def _as_json(findings: list[Finding], work: Work) -> dict[str, Any]:
