@@ -9,7 +9,7 @@ Command modules import their heavy dependencies inside `run`, keeping `triage as
 
 from __future__ import annotations
 
-import importlib
+import gc
 import os
 import sys
 
@@ -64,6 +64,8 @@ def _command_modules(argv: list[str]) -> dict[str, ModuleType]:
     names = _command_names()
     chosen = _chosen(argv, names)
     wanted = [chosen] if chosen and chosen not in _DESCRIBES_ALL else names
+    import importlib  # not at the top: `ask` imports its one module itself (importlib loads warnings)
+
     return {name: importlib.import_module(_module_path(name)) for name in wanted}
 
 
@@ -231,7 +233,14 @@ _UNREDACTED_COMMANDS = ("tui", "docs")
 def main(argv: list[str] | None = None) -> int:
     """The `triage` command: run it with every line it prints redacted; returns the exit status."""
     streams = (sys.stdout, sys.stderr)
+    whole_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    # `ask` is short and its input bounded (1 MB): it leaves few cycles, while the collector's passes
+    # over the tens of thousands of objects that live to its end (its modules, the decoded knowledge)
+    # and the full one at the interpreter's exit were a seventh of its time.
+    paused = _chosen(argv, ["ask"]) is not None and gc.isenabled()
+    if paused:
+        gc.disable()
     if _chosen(argv, list(_UNREDACTED_COMMANDS)) is None and argv:  # (no directory listing for `ask`)
         # The one redaction pass at the terminal boundary: every command's output, JSON and errors.
         from triage.core.redact import RedactingStream
@@ -241,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     finally:
         sys.stdout, sys.stderr = streams
+        if paused:
+            if whole_process:
+                gc.freeze()  # the process ends now: nothing for the final collection to walk
+            gc.enable()
 
 
 def _main(argv: list[str]) -> int:

@@ -23,12 +23,17 @@ def read_regular(path: StrPath, limit: int) -> bytes:
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise Refused(0, "not a regular file (a FIFO, device, socket or directory)", os.fspath(path))
         chunks: list[bytes] = []
         total = 0
+        # The first read asks for the whole file as it is now (one buffer, nothing to join: the
+        # compiled knowledge is 2 MB, read on every `ask`); a file that grows is read on in chunks.
+        want = info.st_size + 1
         while True:
-            chunk = os.read(fd, max(1, min(1 << 20, limit + 1 - total)))
+            chunk = os.read(fd, max(1, min(want, limit + 1 - total)))
+            want = 1 << 20
             if not chunk:
                 return b"".join(chunks)
             chunks.append(chunk)

@@ -28,11 +28,25 @@ class Question(NamedTuple):
 _REACH: dict[int, tuple[KnowledgeBase, dict[str, frozenset[str]]]] = {}
 
 
+REACH = "reach"  # the key of reachable()'s result in the compiled index (computed when compiling)
+
+
+def stored_reach(kb: KnowledgeBase) -> dict[str, list[str]]:
+    """reachable() as JSON-ready data, for the compiled index: `ask` reads it rather than decode
+    and walk the whole graph each time two answers are close."""
+    return {node: sorted(found) for node, found in reachable(kb).items()}
+
+
 def reachable(kb: KnowledgeBase) -> dict[str, frozenset[str]]:
     """For every node of the graph, the entries a walk from it can end at."""
     cached = _REACH.get(id(kb))
     if cached is not None and cached[0] is kb:
         return cached[1]
+    stored = kb.match_index.get(REACH) if kb.match_index is not None else None
+    if isinstance(stored, dict):
+        found = {node: frozenset(entries) for node, entries in stored.items()}
+        _REACH[id(kb)] = (kb, found)
+        return found
     nodes = kb.graph.nodes
     memo: dict[str, frozenset[str]] = {}
 
@@ -62,11 +76,11 @@ def separating_question(kb: KnowledgeBase, first: str, second: str) -> Question 
     options are like that, then the most specific question (the fewest entries below it)."""
     reach = reachable(kb)
     best: tuple[tuple[int, int, int, str], Question] | None = None
-    for node in kb.graph.nodes.values():
-        if not isinstance(node, QuestionNode):
-            continue
-        below = reach.get(node.id, frozenset())
+    for node_id, below in reach.items():  # (a node is decoded only when both are below it)
         if first not in below or second not in below:
+            continue
+        node = kb.graph.nodes[node_id]
+        if not isinstance(node, QuestionNode):
             continue
         leads = [_leads(reach, o.target, kb) for o in node.options]
         one, two = _pick(leads, first, second), _pick(leads, second, first)

@@ -142,7 +142,9 @@ def identifiers(text: str) -> Iterator[list[str]]:
             for piece in identifier.replace("-", "_").split("_"):
                 if not piece:
                     continue
-                if piece.isupper() or piece.islower() or not piece.isascii() or _is_acronym(piece):
+                # A number has no humps either: _HUMP (compiled on first use) is not needed for it.
+                plain = piece.isupper() or piece.islower() or piece.isdecimal()
+                if plain or not piece.isascii() or _is_acronym(piece):
                     parts.append(piece)
                 else:
                     humps = re.sub(_HUMP, " ", piece).split()

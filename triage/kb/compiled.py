@@ -15,7 +15,6 @@ time.
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 
@@ -41,6 +40,43 @@ TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would l
 if TYPE_CHECKING:
     from typing import Any
 
+
+class _Scanning:
+    """json.loads's settings, which its C scanner reads by name."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = float  # NaN, Infinity, -Infinity
+
+
+_SCAN: list[Callable[[str, int], tuple[Any, int]]] = []
+
+
+def loads(data: bytes) -> Any:
+    """json.loads for the compiled file's lines, done by the same C scanner, without importing the
+    json package: its import compiles half a dozen regexes (whitespace, numbers, escapes) and cost
+    more than all that `ask` decodes. A ValueError for what is not one JSON value."""
+    text = data.decode("utf-8").strip(" \t\n\r")
+    if not _SCAN:
+        try:
+            from _json import make_scanner
+        except ImportError:  # an interpreter without json's C part
+            import json
+
+            return json.loads(text)
+        _SCAN.append(make_scanner(_Scanning()))  # type: ignore[arg-type]
+    try:
+        value, end = _SCAN[0](text, 0)
+    except StopIteration:
+        raise ValueError("not a JSON value") from None
+    if end != len(text):
+        raise ValueError("more than one JSON value")
+    return value
+
+
 FORMAT = 7  # 7: the header gives each part's place; 6: nodes, facts and index parts on lines of their own; 5: postings in buckets, parts decoded on demand (3: signatures carry their bounded pattern and reach)
 DOC_FIELDS = ("root_cause", "fix")
 
@@ -51,7 +87,7 @@ class _Lazy(Mapping[str, "Any"]):
 
     def __init__(
         self,
-        raw: dict[str, bytes],
+        raw: Mapping[str, bytes],
         decode: Callable[[Any], Any] = lambda value: value,
         ready: dict[str, Any] | None = None,
     ) -> None:
@@ -61,7 +97,7 @@ class _Lazy(Mapping[str, "Any"]):
 
     def __getitem__(self, key: str) -> Any:
         if key not in self._decoded:
-            self._decoded[key] = self._decode(json.loads(self._raw[key]))
+            self._decoded[key] = self._decode(loads(self._raw[key]))
         return self._decoded[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -85,17 +121,18 @@ def bucket_of(term: str) -> int:
 
 class _Postings(Mapping[str, str]):
     """The index's postings (term -> "weight;entry:strength ...|...") from their plain lines
-    (term TAB posting TAB ...), one line per bucket of terms; a line is split into a dictionary
-    the first time one of its terms is looked up. Splitting all of them was a fifth of `ask`."""
+    (term TAB posting TAB ...), one line per bucket of terms (`lines` by the bucket's number); a
+    line is read and split into a dictionary the first time one of its terms is looked up.
+    Splitting all of them was a fifth of `ask`."""
 
-    def __init__(self, lines: list[bytes]) -> None:
+    def __init__(self, lines: Mapping[str, bytes]) -> None:
         self._lines = lines
         self._tables: dict[int, dict[str, str]] = {}
 
     def _table(self, bucket: int) -> dict[str, str]:
         table = self._tables.get(bucket)
         if table is None:
-            line = self._lines[bucket].decode("utf-8")
+            line = self._lines[str(bucket)].decode("utf-8")
             items = line.split("\t") if line else []
             table = self._tables[bucket] = dict(zip(items[::2], items[1::2], strict=True))
         return table
@@ -107,11 +144,11 @@ class _Postings(Mapping[str, str]):
         return isinstance(key, str) and key in self._table(bucket_of(key))
 
     def __iter__(self) -> Iterator[str]:
-        for bucket in range(len(self._lines)):
+        for bucket in range(POSTING_BUCKETS):
             yield from self._table(bucket)
 
     def __len__(self) -> int:
-        return sum(len(self._table(b)) for b in range(len(self._lines)))
+        return sum(len(self._table(b)) for b in range(POSTING_BUCKETS))
 
 
 def with_docs(kb: KnowledgeBase, root: str | None = None) -> KnowledgeBase:
@@ -119,6 +156,7 @@ def with_docs(kb: KnowledgeBase, root: str | None = None) -> KnowledgeBase:
     the English background and, from `root`, the confidence model and the labelled reports
     (triage.kb.matching)."""
     from triage.core.match_index import build_index_data, compact_index
+    from triage.core.separate import REACH, stored_reach
     from triage.kb import markdown_ast
     from triage.kb.matching import english_zipf, read_confidence, read_reports
 
@@ -128,10 +166,13 @@ def with_docs(kb: KnowledgeBase, root: str | None = None) -> KnowledgeBase:
     confidence = read_confidence(root) if root is not None else None
     reports = read_reports(root) if root is not None else None
     index = compact_index(build_index_data(kb, english_zipf(), confidence, reports))
+    index[REACH] = stored_reach(kb)
     return kb._replace(docs=docs, match_index=index)
 
 
 def _line(value: object) -> str:
+    import json
+
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -171,7 +212,8 @@ MAX_COMPILED_BYTES = 64 << 20
 
 class _Lines(Mapping[str, bytes]):
     """The parts of a compiled file by name, each sliced out of the file's bytes when asked for
-    (splitting the whole file into lines cost more than everything `ask` decodes)."""
+    (splitting the whole file into lines cost more than everything `ask` decodes, and so did
+    slicing out every part: a copy of the whole file in new memory)."""
 
     def __init__(self, raw: bytes, body: int, places: dict[str, list[int]]) -> None:
         self._raw = raw
@@ -181,6 +223,18 @@ class _Lines(Mapping[str, bytes]):
     def __getitem__(self, name: str) -> bytes:
         offset, size = self._places[name]
         return self._raw[self._body + offset : self._body + offset + size]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._places
+
+    def groups(self, kinds: tuple[str, ...]) -> dict[str, _Lines]:
+        """The parts named `kind:key`, for each of `kinds`, by their key (nothing is sliced yet)."""
+        places: dict[str, dict[str, list[int]]] = {kind: {} for kind in kinds}
+        for name, place in self._places.items():
+            kind, colon, key = name.partition(":")
+            if colon and kind in places:
+                places[kind][key] = place
+        return {kind: _Lines(self._raw, self._body, found) for kind, found in places.items()}
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._places)
@@ -198,7 +252,7 @@ def read(path: str) -> dict[str, Any] | None:
     try:
         raw = read_source(path, MAX_COMPILED_BYTES)
         body = raw.index(b"\n") + 1
-        data = json.loads(raw[:body])
+        data = loads(raw[:body])
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("parts"), dict):
@@ -251,18 +305,14 @@ def _entry(raw: dict[str, Any]) -> Entry:
 def from_json(data: dict[str, Any]) -> KnowledgeBase:
     """The knowledge base from what `read` returned; entries, their Markdown, the graph's nodes, the
     facts and the index's parts stay undecoded until used."""
-    lines: Mapping[str, bytes] = data["lines"]
-
-    def part(prefix: str) -> dict[str, bytes]:
-        return {name[len(prefix) :]: lines[name] for name in lines if name.startswith(prefix)}
-
-    postings = _Postings([lines[f"postings:{b}"] for b in range(POSTING_BUCKETS)])
+    lines: _Lines = data["lines"]
+    part = lines.groups(("entry", "fact", "node", "docs", "index", "postings"))
     return KnowledgeBase(
-        entries=_Lazy(part("entry:"), _entry),
-        sections=tuple(Section(**s) for s in json.loads(lines["sections"])),
-        facts=_Lazy(part("fact:"), _fact),
-        graph=Graph(json.loads(lines["graph"])["start"], _Lazy(part("node:"), _node)),
-        docs=_Lazy(part("docs:")),
-        vocabulary={k: tuple(v) for k, v in json.loads(lines["vocabulary"]).items()},
-        match_index=_Lazy(part("index:"), ready={"postings": postings}),
+        entries=_Lazy(part["entry"], _entry),
+        sections=tuple(Section(**s) for s in loads(lines["sections"])),
+        facts=_Lazy(part["fact"], _fact),
+        graph=Graph(loads(lines["graph"])["start"], _Lazy(part["node"], _node)),
+        docs=_Lazy(part["docs"]),
+        vocabulary={k: tuple(v) for k, v in loads(lines["vocabulary"]).items()},
+        match_index=_Lazy(part["index"], ready={"postings": _Postings(part["postings"])}),
     )
