@@ -21,6 +21,8 @@ from probes.hang.sources import Sources
 from tests.conftest import REPO
 from triage.core.hang.analyse import analyse
 
+pytestmark = pytest.mark.slow  # real rank processes, read by py-spy (the tier of the hang reproductions)
+
 TOKEN = "hf_" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2"
 RANK = textwrap.dedent(
     f"""\

@@ -41,3 +41,22 @@ def test_anchors_hold_for_matching_text() -> None:
     line = "node-2:5776:5902 [0] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion from peer 10.2.0.5<33092> with error 12, opcode 0"
     assert regex.search(line)
     assert any(anchor in line.lower() for anchor in anchors_of(pattern))
+
+
+def test_the_compiled_index_analysis_is_what_parsing_the_patterns_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`triage log` takes each signature's anchors, bounded pattern and reach from the compiled
+    index instead of parsing ~800 regexes on every start: they must be what parsing gives."""
+    from triage.core.logscan import patterns
+    from triage.kb.loader import load_kb
+
+    kb = load_kb()
+    assert patterns._prepared(kb) is not None
+    read = patterns.compile_signatures(kb)
+    monkeypatch.setattr(patterns, "_prepared", lambda kb: None)
+    parsed = patterns.compile_signatures(kb)
+    assert len(read.signatures) == len(parsed.signatures) > 100
+    for a, b in zip(read.signatures, parsed.signatures, strict=True):
+        assert (a.anchors, a.reach, a.regex.pattern) == (b.anchors, b.reach, b.regex.pattern)
+    assert (read.by_anchor, read.unanchored) == (parsed.by_anchor, parsed.unanchored)

@@ -14,6 +14,7 @@ Every regex is compiled with its repeats bounded and searched in bounded windows
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from triage.core.model import KnowledgeBase, Signature
@@ -80,15 +81,22 @@ class SignatureSet:
 def compile_signatures(kb: KnowledgeBase) -> SignatureSet:
     """Compile every signature of every entry; regexes that do not compile are skipped."""
     compiled: list[CompiledSignature] = []
+    prepared = _prepared(kb)
     for entry in kb.entries.values():
+        rows = prepared.get(entry.id) if prepared is not None else None
         for index, sig in enumerate(entry.signatures):
-            pattern = bounded(sig.pattern)
+            row = rows[index] if isinstance(rows, list) and index < len(rows) else None
+            if isinstance(row, list) and len(row) == 6 and row[0] == sig.pattern:
+                # the compiled index's analysis of this pattern (the same functions, at build time)
+                pattern, anchors, span = str(row[4]), tuple(sorted(set(row[3]))), int(row[5])
+            else:
+                pattern = bounded(sig.pattern)
+                anchors, span = anchors_of(sig.pattern), reach(pattern)
             try:
                 regex = re.compile(pattern, re.IGNORECASE)
             except re.error:
                 continue  # `kb check` reports it; a scan should still run
-            anchors = anchors_of(sig.pattern)
-            compiled.append(CompiledSignature(entry.id, index, sig, regex, anchors, reach(pattern)))
+            compiled.append(CompiledSignature(entry.id, index, sig, regex, anchors, span))
     by_anchor: dict[str, list[int]] = {}
     unanchored = []
     for position, item in enumerate(compiled):
@@ -97,6 +105,15 @@ def compile_signatures(kb: KnowledgeBase) -> SignatureSet:
         for anchor in item.anchors:
             by_anchor.setdefault(anchor, []).append(position)
     return SignatureSet(tuple(compiled), {k: tuple(v) for k, v in by_anchor.items()}, tuple(unanchored))
+
+
+def _prepared(kb: KnowledgeBase) -> Mapping[str, object] | None:
+    """Entry id -> its signatures as the compiled index analysed them (anchors, bounded pattern,
+    reach: triage.core.match_index), which spares every `triage log` parsing ~800 regexes; None
+    when the knowledge has no compiled index."""
+    data = kb.match_index
+    signatures = data.get("signatures") if isinstance(data, Mapping) else None
+    return signatures if isinstance(signatures, Mapping) else None
 
 
 def anchors_of(pattern: str) -> tuple[str, ...]:
