@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -105,3 +105,15 @@ def result(
 @pytest.fixture(scope="session")
 def fixture_kb() -> KnowledgeBase:
     return load_kb(WALK_KB, use_compiled=False)
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """`main` run inside the test process sets NO_COLOR or TRIAGE_KNOWLEDGE, as the one-shot command
+    does for its own modules; the next tests of the same worker must not inherit them (the Textual
+    snapshots drew without colour after a `--no-color` run)."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
