@@ -43,18 +43,9 @@ class ScriptedRunner:
 
 
 async def settle(pilot: Pilot[None]) -> None:
-    """Wait for running probe workers to finish and the screen to catch up: until two frames in a
-    row are the same (on a loaded machine one pause can catch a layout before its resize)."""
+    """Wait for running probe workers to finish and the screen to catch up."""
     await pilot.app.workers.wait_for_complete()
     await pilot.pause()
-    previous = None
-    for _ in range(20):
-        await pilot.wait_for_scheduled_animations()
-        await pilot.pause(0.05)
-        frame = pilot.app.export_screenshot()
-        if frame == previous:
-            return
-        previous = frame
 
 
 @pytest.hookimpl(tryfirst=True)

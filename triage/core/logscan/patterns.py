@@ -109,7 +109,7 @@ def compile_signatures(kb: KnowledgeBase) -> SignatureSet:
 
 def _prepared(kb: KnowledgeBase) -> Mapping[str, object] | None:
     """Entry id -> its signatures as the compiled index analysed them (anchors, bounded pattern,
-    reach: triage.core.match_index), which spares every `triage log` parsing ~800 regexes; None
+    reach: triage.core.match_index), which spares every `triage log` parsing each signature's regex again; None
     when the knowledge has no compiled index."""
     data = kb.match_index
     signatures = data.get("signatures") if isinstance(data, Mapping) else None
