@@ -283,3 +283,24 @@ def test_a_faulthandler_dump_names_the_collective(kb: KnowledgeBase) -> None:
     scanner, _ = scan(kb, ("x.log", text))
     scanner.scan.ranks.finish()
     assert scanner.scan.ranks.waits[0].collective == "scatter"
+
+
+def test_a_peer_still_shutting_down_is_stopped_not_failed(kb: KnowledgeBase) -> None:
+    """Rank 1 finished its shorter loop and closed its sockets but had not exited when rank 0's
+    extra all-reduce broke; torchrun then stopped it with SIGTERM and listed it under `Failures:`
+    (exit -15). That is torchrun's teardown, not a second failure: the peer left (D9), rank 0 first."""
+    scanner, verdict = scan(kb, read("repro-D9-NOJOIN-sigterm.log"))
+    assert "exitcode  : -15" in read("repro-D9-NOJOIN-sigterm.log")[1]
+    assert scanner.scan.no_other_failures
+    assert verdict.diagnoses[0].entry_id == "D9"
+    assert verdict.first_rank == 0
+
+
+def test_a_second_real_failure_in_the_summary_is_another_failure(kb: KnowledgeBase) -> None:
+    """The same summary with rank 1 listed as exiting 1 (its own error): not a teardown."""
+    name, text = read("repro-D9-NOJOIN-sigterm.log")
+    changed = text.replace("exitcode  : -15 (pid: 17255)  (SIGTERM)", "exitcode  : 1 (pid: 17255)")
+    assert changed != text
+    scanner, verdict = scan(kb, (name, changed))
+    assert not scanner.scan.no_other_failures
+    assert verdict.diagnoses[0].entry_id != "D9"

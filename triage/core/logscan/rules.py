@@ -306,8 +306,12 @@ def _peer_left(events: list[Event], first: Event, scan: Scan) -> Inferred | None
         return None
     if not (_PEER_GONE.search(first.text) or _NAMES_ABSENT.search(first.text)):
         return None  # a timeout: the peer may still be computing (MN3), not gone
-    if any(e.rank != first.rank and (e.real or e.echo) for e in events if e.rank is not None):
-        return None
+    if any(
+        e.rank != first.rank and (e.real or e.echo) and not is_launcher(e)
+        for e in events
+        if e.rank is not None
+    ):
+        return None  # the summary's lines about a worker torchrun stopped are not that worker's words
     return Inferred(
         PEER_LEFT,
         PEER_LEFT_SCORE,

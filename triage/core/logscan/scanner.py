@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from triage.core.logscan.blocks import RankReader
 from triage.core.logscan.patterns import STRUCTURAL_ANCHORS, SignatureSet
 from triage.core.logscan.prefixes import clean, rank_from_path, rank_in_message, split_prefix
-from triage.core.logscan.structure import UMBRELLA, Found, Structure
+from triage.core.logscan.structure import SIGTERM_EXIT, UMBRELLA, Found, Structure
 from triage.core.logscan.timestamps import timestamp
 from triage.core.redact import redact_text
 
@@ -45,7 +45,6 @@ SHAPE_PREFIX = 32  # bytes of a line kept as they are in its shape key: where la
 # Lines that may open or continue a multi-line structure (a traceback, an NCCL error): never skipped.
 _STRUCTURAL = re.compile(r"traceback|file \"|error|exception|terminate|what\(\)|warn|exit|signal|spawn")
 MAX_HEAD = 16 << 10  # characters of each source kept for the query-engine fallback
-SIGTERM_EXIT = -15
 SUBSTANTIVE_WEIGHT = 0.5  # a weaker non-echo signature is a hint: it does not explain a line
 _FRAME_LINE = re.compile(r'^\s*(File "[^"]*", line \d+|frame #\d+:|#\d+ 0x[0-9a-f]+ in )')
 _LAST_ERROR = b"last error:"

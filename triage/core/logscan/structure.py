@@ -29,6 +29,7 @@ _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (?P<code>-?\d+)")
 SUMMARY_LINES = 3  # the exitcode, error_file and traceback lines under a summary block's `rank :`
 _SUMMARY_ROOT = re.compile(r"Root Cause \(first observed failure\)", re.IGNORECASE)
 _NO_OTHER_FAILURES = "<NO_OTHER_FAILURES>"  # torchrun's summary: the root cause is the only failure
+SIGTERM_EXIT = -15  # the exit code of a worker torchrun stopped itself after another worker failed
 _LEGACY_EXIT = re.compile(
     r"CalledProcessError: Command '.*--local_rank=(?P<rank>\d+).*' "
     r"(?:died with <Signals\.SIG\w+: (?P<signal>\d+)>|returned non-zero exit status (?P<code>\d+))"
@@ -75,7 +76,8 @@ class Structure:
         self.emit = emit
         self.reader = RankReader()
         self.root_cause_rank: int | None = None
-        self.no_other_failures = False  # torchrun's summary saw one worker fail, the others end well
+        self._no_other_marker = False  # torchrun's summary printed <NO_OTHER_FAILURES>
+        self._summary_exits: dict[int, int] = {}  # worker -> exit code, as torchrun's summary lists them
         self._summary_rank: dict[int, tuple[int, int]] = {}  # source -> (worker rank, its `rank :` line)
         self._summary_exited: set[int] = set()  # sources whose current summary block gave its exit
         self._summary_root: dict[int, bool] = {}
@@ -85,6 +87,16 @@ class Structure:
         self._message_next: dict[int, tuple[int, int | None, str]] = {}
         self._spawn_rank: dict[int, int] = {}  # source -> the process mp.spawn said failed
         self.gpus: dict[tuple[str, str], set[int]] = {}  # (host, NCCL busId) -> ranks that use it
+
+    @property
+    def no_other_failures(self) -> bool:
+        """torchrun's summary saw one worker fail and the others end well, or end only by the
+        SIGTERM torchrun itself sends every survivor once one worker has failed (a rank still
+        shutting down when its peer's collective broke is listed as a failure with exit -15)."""
+        if self._no_other_marker:
+            return True
+        others = [code for worker, code in self._summary_exits.items() if worker != self.root_cause_rank]
+        return self.root_cause_rank is not None and bool(others) and all(c == SIGTERM_EXIT for c in others)
 
     def summary_rank(self, source: int, number: int) -> int | None:
         """The worker a line of torchrun's failure summary is about (`exitcode :`, `traceback :`)."""
@@ -192,7 +204,7 @@ class Structure:
     def _torchrun(self, source: int, number: int, rank: int | None, body: str, short: str) -> bool:
         """torchrun's (and the legacy launcher's) reports of a worker's exit."""
         if _NO_OTHER_FAILURES in body:
-            self.no_other_failures = True
+            self._no_other_marker = True
             return True
         if _SUMMARY_ROOT.search(body):
             self._summary_root[source] = True
@@ -214,6 +226,7 @@ class Structure:
         worker = self.summary_rank(source, number)
         if summary_exit and worker is not None and source not in self._summary_exited:
             self._summary_exited.add(source)
+            self._summary_exits[worker] = int(summary_exit["code"])
             self.emit(source, number, Found("exit", worker, short, exit_code=int(summary_exit["code"])))
             return True
         legacy = _LEGACY_EXIT.search(body)
