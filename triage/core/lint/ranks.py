@@ -279,9 +279,17 @@ class RankModel:
 
     def _store(self, table: dict[Scope, dict[str, str]], target: ast.AST, value: str, scope: Scope) -> None:
         if isinstance(target, ast.Name):
-            table.setdefault(scope, {})[target.id] = value
+            key, where = target.id, scope
         elif isinstance(target, ast.Attribute) and dotted(target):
-            table.setdefault(self.script.tree, {})[dotted(target)] = value
+            key, where = dotted(target), self.script.tree
+        else:
+            return
+        names = table.setdefault(where, {})
+        # `rank = LOCAL_RANK if set, else RANK`: under torchrun it is the local rank; a name bound to
+        # both kinds is not claimed to be the global one.
+        if table is self.values and names.get(key) == "local" and value == "global":
+            return
+        names[key] = value
 
     def _collect_functions(self) -> None:
         returns: dict[ast.AST, list[ast.Return]] = {}

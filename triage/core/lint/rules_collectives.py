@@ -272,11 +272,10 @@ def _helper_communications(
     for keyword in site.node.keywords:
         if keyword.arg:
             passed[keyword.arg] = ctx.wrappers.kind(keyword.value, site.scope)
-    arguments = _arguments(helper, site)
     for inner in ctx.script.call_list:
         if inner.scope is not helper or ctx.ranks.gate(inner.node) is not None:
             continue
-        if _switched_off(ctx, inner.node, helper, arguments):
+        if _switched_off(ctx, inner.node, helper, site):
             continue
         found = communication(ctx, inner)
         if found is None and isinstance(inner.node.func, ast.Name) and passed.get(inner.node.func.id):
@@ -302,15 +301,40 @@ def _arguments(helper: FunctionNode, site: Call) -> dict[str, ast.expr]:
     return values
 
 
-def _switched_off(ctx: Context, node: ast.AST, helper: FunctionNode, arguments: dict[str, ast.expr]) -> bool:
-    """`if synchronize: barrier()` in a helper called with `synchronize=False`: not run there."""
-    for test_if in enclosing_ifs(ctx.script, node, stop=helper):
+def _tests(ctx: Context, node: ast.AST, stop: ast.AST | None = None) -> Iterator[tuple[ast.expr, bool]]:
+    """Each condition `node` runs under (innermost first) and the value it has there: in the body
+    of `if not x:` or the `else` of `if x:`, `x` is False."""
+    for test_if in enclosing_ifs(ctx.script, node, stop=stop):
         in_body = any(node in ast.walk(stmt) for stmt in test_if.body)
-        test, wanted = test_if.test, True
+        test, value = test_if.test, in_body
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            test, wanted = test.operand, False
+            test, value = test.operand, not in_body
+        yield test, value
+
+
+def _known_at(ctx: Context, site: Call, helper: FunctionNode) -> dict[str, bool]:
+    """Attribute tests the call site has already decided (`self.args.is_pipe_parallel` in the
+    `else` of `if self.args.is_pipe_parallel:`), where they mean the same object in the helper:
+    `self.` in a method of the same class, or any other attribute chain."""
+    same_class = ctx.script.enclosing_class(site.node) is ctx.script.enclosing_class(helper)
+    known: dict[str, bool] = {}
+    for test, value in _tests(ctx, site.node):
+        text = dotted(test) if isinstance(test, ast.Attribute) else ""
+        if text and (same_class or not text.startswith("self.")):
+            known.setdefault(text, value)
+    return known
+
+
+def _switched_off(ctx: Context, node: ast.AST, helper: FunctionNode, site: Call) -> bool:
+    """`if synchronize: barrier()` in a helper called with `synchronize=False`, or
+    `if self.pipe: all_reduce()` in a helper called in the `else` of `if self.pipe:`: not run there."""
+    arguments = _arguments(helper, site)
+    known = _known_at(ctx, site, helper)
+    for test, wanted in _tests(ctx, node, stop=helper):
         value = arguments.get(test.id) if isinstance(test, ast.Name) else None
-        if in_body and isinstance(value, ast.Constant) and bool(value.value) is not wanted:
+        if isinstance(value, ast.Constant) and bool(value.value) is not wanted:
+            return True
+        if isinstance(test, ast.Attribute) and known.get(dotted(test), wanted) is not wanted:
             return True
     return False
 
