@@ -128,3 +128,132 @@ def test_a_helper_collective_under_a_condition_the_call_site_ruled_out_is_not_ru
             "if self.args.is_pipe_parallel:\n                    dist", "if True:\n                    dist"
         )
     )
+
+
+DDP_HEAD = HEAD + "import torchvision\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+
+
+def test_ddp_with_device_ids_on_a_model_never_moved_off_the_cpu_is_an_error() -> None:
+    # pytorch/examples imagenet: built first, moved inside the branch that wraps it.
+    moved = """
+        def main(args):
+            dist.init_process_group("nccl")
+            model = torchvision.models.resnet18()
+            if args.distributed:
+                if args.gpu is not None:
+                    torch.cuda.set_device(args.gpu)
+                    model.cuda(args.gpu)
+                    model = DDP(model, device_ids=[args.gpu])
+            return model
+        main(None)
+    """
+    assert "TRG004" not in codes(moved, DDP_HEAD)
+    assert "TRG004" in codes(moved.replace("model.cuda(args.gpu)", "pass"), DDP_HEAD)
+    assert "TRG004" not in codes(moved.replace("resnet18()", "resnet18().cuda()"), DDP_HEAD)
+    # A trainer class that keeps the model on self.
+    trainer = """
+        class Net(torch.nn.Module):
+            def forward(self, x):
+                return x
+
+        class Trainer:
+            def __init__(self, gpu_id):
+                dist.init_process_group("nccl")
+                self.model = Net()
+                self.model = DDP(self.model, device_ids=[gpu_id])
+        Trainer(int(os.environ["LOCAL_RANK"]))
+    """
+    assert "TRG004" in codes(trainer, DDP_HEAD)
+    assert "TRG004" not in codes(
+        trainer.replace("self.model = Net()", "self.model = Net().to(gpu_id)"), DDP_HEAD
+    )
+    assert "TRG004" not in codes(trainer.replace("device_ids=[gpu_id]", "device_ids=None"), DDP_HEAD)
+
+
+def test_a_sampler_together_with_shuffle_true_is_an_error_and_shuffle_when_no_sampler_is_not() -> None:
+    body = """
+        from torch.utils.data import DataLoader, DistributedSampler, BatchSampler, RandomSampler
+        dist.init_process_group("nccl")
+        ds = list(range(64))
+        loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds), shuffle=True)
+    """
+    assert "TRG024" in codes(body)
+    assert "TRG024" not in codes(body.replace("shuffle=True", "shuffle=False"))
+    optional = body.replace(
+        "sampler=DistributedSampler(ds), shuffle=True",
+        "sampler=sampler, shuffle=True",
+    ).replace(
+        "ds = list(range(64))",
+        "ds = list(range(64))\n        sampler = DistributedSampler(ds) if dist.is_initialized() else None",
+    )
+    # A sampler only in distributed runs still meets shuffle=True in exactly those runs
+    # (ultralytics/yolov3#231); `shuffle=(sampler is None)` is the idiom.
+    assert "TRG024" in codes(optional)
+    assert "TRG024" not in codes(optional.replace("shuffle=True", "shuffle=(sampler is None)"))
+    batches = body.replace(
+        "batch_size=8, sampler=DistributedSampler(ds), shuffle=True",
+        "batch_size=8, batch_sampler=BatchSampler(RandomSampler(ds), 8, False)",
+    )
+    assert "TRG024" in codes(batches)
+    assert "TRG024" not in codes(batches.replace("batch_size=8, ", ""))
+
+
+def test_rank_conditions_through_group_ranks_rank_lists_and_flags() -> None:
+    # Megatron-LM: the save is gated on the data-parallel group's rank, or on a flag set under it.
+    group = """
+        dist.init_process_group("nccl")
+        class Optimizer:
+            def save_parameter_state(self, filename):
+                state_dict = self.get_parameter_state()
+                if self.data_parallel_group.rank() == 0:
+                    torch.save(state_dict, filename)
+        Optimizer().save_parameter_state("p.pt")
+    """
+    assert "TRG023" not in codes(group)
+    assert "TRG023" in codes(group.replace("if self.data_parallel_group.rank() == 0:", "if True:"))
+    flag = """
+        dist.init_process_group("nccl")
+        def save(states, filename):
+            save_states = False
+            if dist.get_rank() == 0:
+                save_states = True
+            if save_states:
+                torch.save(states, filename)
+        save({}, "x.pt")
+    """
+    assert "TRG023" not in codes(flag)
+    assert "TRG023" in codes(flag.replace("save_states = False", "save_states = True"))
+    listed = """
+        dist.init_process_group("nccl")
+        ranks_to_break = [6, 3, 4]
+        if dist.get_rank() in ranks_to_break:
+            os.makedirs("ckpt")
+    """
+    assert "TRG023" not in codes(listed)
+
+
+def test_members_of_a_subgroup_and_both_arms_of_one_rank_test_reach_the_collective() -> None:
+    members = """
+        dist.init_process_group("nccl")
+        ranks = [0, 1]
+        group = dist.new_group(ranks)
+        t = torch.ones(1)
+        if dist.get_rank() in ranks:
+            dist.all_reduce(t, group=group)
+    """
+    assert [c for c in codes(members) if c in ("TRG021", "TRG036")] == []
+    assert "TRG021" in codes(members.replace(", group=group", ""))
+    # Megatron-LM test_replication: the ranks outside wait and leave, the others wait at the end.
+    arms = """
+        dist.init_process_group("nccl")
+        def check(test_ranks):
+            rank = dist.get_rank()
+            if rank not in test_ranks:
+                dist.barrier()
+                return
+            dist.all_gather_object([None] * len(test_ranks), rank)
+            dist.barrier()
+        check([0, 3])
+    """
+    found = codes(arms)
+    assert found.count("TRG021") == 1  # the all_gather only the listed ranks reach

@@ -346,7 +346,9 @@ def _candidates(ctx: Context) -> Iterator[_Candidate]:
             continue
         comm = communication(ctx, call)
         if comm is not None:
-            yield _Candidate(comm, gate, call.node, "")
+            # `if rank in ranks: all_reduce(t, group=group_of_those_ranks)`: members only, as it should be
+            if not (gate.side == "other" and call.kwarg("group") is not None):
+                yield _Candidate(comm, gate, call.node, "")
             continue
         helper = ctx.script.local_function(call.node)
         if helper is not None and helper is not ctx.script.scope_of(call.node):
@@ -384,11 +386,18 @@ def check(ctx: Context) -> Iterator[Finding]:
     # Rank 0 and the other ranks each reaching the same collective in one function is the
     # "others wait, rank 0 works, rank 0 releases" pattern: every rank calls it once.
     # So is `if rank == dst: gather(..., out) else: gather(..., None)`: both arms of one `if`.
+    # So is `if rank not in ranks: barrier(); return` ... `barrier()`: both arms of one test.
     sides: dict[tuple[int, str], set[str]] = {}
+    arms: dict[tuple[int, str], set[tuple[int, bool]]] = {}
     for c in candidates:
-        sides.setdefault((id(ctx.script.scope_of(c.at)), c.comm.name), set()).add(c.gate.side)
+        key = (id(ctx.script.scope_of(c.at)), c.comm.name)
+        sides.setdefault(key, set()).add(c.gate.side)
+        arms.setdefault(key, set()).add((c.gate.line, c.gate.where.startswith("inside")))
     for c in candidates:
-        if {"zero", "nonzero"} <= sides[(id(ctx.script.scope_of(c.at)), c.comm.name)]:
+        key = (id(ctx.script.scope_of(c.at)), c.comm.name)
+        if {"zero", "nonzero"} <= sides[key] or (c.gate.line, not c.gate.where.startswith("inside")) in arms[
+            key
+        ]:
             continue
         if _other_arm_calls(ctx, c):
             continue
