@@ -257,3 +257,22 @@ def test_members_of_a_subgroup_and_both_arms_of_one_rank_test_reach_the_collecti
     """
     found = codes(arms)
     assert found.count("TRG021") == 1  # the all_gather only the listed ranks reach
+
+
+def test_a_loader_handed_to_a_runner_from_another_module_gets_its_epoch_set_there() -> None:
+    body = """
+        from torch.utils.data import DataLoader, DistributedSampler
+        from ignite.engine import create_supervised_trainer
+        dist.init_process_group("nccl")
+        ds = list(range(64))
+        sampler = DistributedSampler(ds)
+        loader = DataLoader(ds, batch_size=8, sampler=sampler)
+        trainer = create_supervised_trainer(None, None, None)
+        trainer.run(loader, max_epochs=10)
+    """
+    assert "TRG022" not in codes(body)
+    own_loop = body.replace(
+        "trainer.run(loader, max_epochs=10)",
+        "for epoch in range(10):\n            for batch in loader:\n                pass",
+    )
+    assert "TRG022" in codes(own_loop)

@@ -132,7 +132,13 @@ def _reached(ctx: Context) -> set[str]:
     if isinstance(cached, set):
         return cached
     calls = _calls(ctx)
-    setup = {name for c in ctx.script.call_list if c.tail in SETUP_TAILS for name in _owners(ctx, c.node)}
+    # The function that runs the set-up; its class too when that function is `__init__` (the object
+    # is distributed from birth), not when it is one test method among many.
+    setup = set()
+    for c in ctx.script.call_list:
+        owners = _owners(ctx, c.node)
+        if c.tail in SETUP_TAILS and owners:
+            setup.update(owners[:2] if owners[0] == "__init__" else owners[:1])
     callers: dict[str, set[str]] = {}
     for owner, callees in calls.items():
         for callee in callees:

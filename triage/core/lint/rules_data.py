@@ -272,11 +272,43 @@ def _check_set_epoch(ctx: Context) -> Iterator[Finding]:
         )
 
 
+_RUNNER_TAILS = frozenset({"fit", "run", "run_epoch", "train_loop"})
+
+
 def _handed_away(ctx: Context, call: Call) -> bool:
-    """Whether the sampler is passed to code in another module, which may call set_epoch itself."""
+    """Whether the sampler is passed to code in another module, which may call set_epoch itself;
+    or the loader built on it is handed to a runner from another module (`engine.run(loader)`,
+    `runner.fit(loader)`, `Trainer(model, loader)`), which sets the epoch as it starts each one."""
     parent = ctx.script.parents.get(call.node)
     names = {dotted(t) for t in parent.targets} if isinstance(parent, ast.Assign) else set()
-    return bool(names & _external_arguments(ctx))
+    if names & _external_arguments(ctx):
+        return True
+    loaders: set[str] = set()
+    for loader in ctx.script.calls("DataLoader"):
+        given = loader.kwarg("sampler")
+        if given is call.node or (given is not None and dotted(given) in names):
+            holder = ctx.script.parents.get(loader.node)
+            if isinstance(holder, ast.Assign):
+                loaders |= {dotted(t) for t in holder.targets}
+    loaders.discard("")
+    return bool(loaders & _run_arguments(ctx))
+
+
+def _run_arguments(ctx: Context) -> set[str]:
+    """Names handed to a runner from another module: `engine.run(loader)`, `Trainer(model, loader)`."""
+    found = ctx.script.cache.get("data.run_arguments")
+    if isinstance(found, set):
+        return found
+    names: set[str] = set()
+    for runner in ctx.script.call_list:
+        if runner.name.startswith("torch") or ctx.script.local_function(runner.node) is not None:
+            continue
+        if runner.tail in _RUNNER_TAILS or (
+            runner.tail[:1].isupper() and runner.tail not in ctx.script.classes
+        ):
+            names |= {dotted(arg) for arg in [*runner.node.args, *(k.value for k in runner.node.keywords)]}
+    ctx.script.cache["data.run_arguments"] = names
+    return names
 
 
 def _external_arguments(ctx: Context) -> set[str]:

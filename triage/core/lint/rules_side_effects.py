@@ -134,15 +134,12 @@ def _mentions_rank(ctx: Context, expr: ast.AST, call: Call, depth: int = 3) -> b
 def _assigned(ctx: Context, target: ast.Name | ast.Attribute, scope: ast.AST) -> list[ast.expr]:
     """The values a name is assigned in one function (or the module); for `self.path`, in any
     method of the class (`self.path = f"queue{self.trainer.global_rank}.pth"` in `setup`)."""
-    values = []
     text = dotted(target)
-    if isinstance(target, ast.Attribute):
-        owner = ctx.script.enclosing_class(target)
-        if not text.startswith("self.") or owner is None:
-            return []
-    for node in ctx.script.of_type(ast.Assign):
-        if not any(dotted(t) == text for t in node.targets):
-            continue
+    owner = ctx.script.enclosing_class(target) if isinstance(target, ast.Attribute) else None
+    if isinstance(target, ast.Attribute) and (not text.startswith("self.") or owner is None):
+        return []
+    values = []
+    for node in _assignments(ctx).get(text, []):
         same = (
             ctx.script.scope_of(node) is scope
             if isinstance(target, ast.Name)
@@ -151,6 +148,19 @@ def _assigned(ctx: Context, target: ast.Name | ast.Attribute, scope: ast.AST) ->
         if same:
             values.append(node.value)
     return values
+
+
+def _assignments(ctx: Context) -> dict[str, list[ast.Assign]]:
+    """Every assignment of the file by the text of its target."""
+    cached = ctx.script.cache.get("side_effects.assignments")
+    if isinstance(cached, dict):
+        return cached
+    found: dict[str, list[ast.Assign]] = {}
+    for node in ctx.script.of_type(ast.Assign):
+        for target in node.targets:
+            found.setdefault(dotted(target), []).append(node)
+    ctx.script.cache["side_effects.assignments"] = found
+    return found
 
 
 # The helpers of torchvision's references (copied by DeiT, DETR, DINO, MAE, ConvNeXt, ...):
@@ -223,6 +233,7 @@ def _write(ctx: Context, call: Call) -> str | None:
         and call.kwarg("is_main_process") is None
         and call.kwarg("save_function") is None  # `accelerator.save` writes on the main process only
         and not call.has_star_kwargs()
+        and not _metadata(ctx, call)
     ):
         return (
             f"{ctx.script.text(call.node.func, 40)}() runs on every rank without is_main_process=: N processes"
@@ -238,6 +249,16 @@ def _write(ctx: Context, call: Call) -> str | None:
             " FileExistsError; pass exist_ok=True or create it on rank 0"
         )
     return None
+
+
+_METADATA_WORDS = ("config", "tokenizer", "processor", "feature_extractor")
+
+
+def _metadata(ctx: Context, call: Call) -> bool:
+    """`tokenizer.save_pretrained`, `model.config.save_pretrained`: a few identical JSON files, not
+    the weights whose concurrent writes corrupt a checkpoint."""
+    receiver = ctx.script.text(call.receiver, 80).lower() if call.receiver is not None else ""
+    return any(word in receiver for word in _METADATA_WORDS)
 
 
 def _check_writes(ctx: Context) -> Iterator[Finding]:
