@@ -330,7 +330,7 @@ def _external_arguments(ctx: Context) -> set[str]:
     return names
 
 
-def _a_sampler(ctx: Context, expr: ast.expr | None, at: ast.AST) -> ast.expr | None:
+def _a_sampler(ctx: Context, expr: ast.expr | None, at: ast.AST) -> ast.Call | None:
     """The `*Sampler(...)` call `expr` is whenever it is not None: built there, assigned just
     before, or one of the values its name takes in this function (`sampler = DistributedSampler(ds)
     if distributed else None`: a sampler in exactly the runs that matter)."""
@@ -367,7 +367,8 @@ def _check_sampler_and_shuffle(ctx: Context) -> Iterator[Finding]:
                 TRG024,
                 call.node,
                 f"DataLoader(sampler=..., shuffle=True) raises `ValueError: sampler option is mutually exclusive"
-                f" with shuffle` (the sampler is `{ctx.script.text(sampler, 40)}`); drop shuffle=True, the"
+                f" with shuffle` (the sampler is a `{ctx.script.text(sampler.func, 60).rsplit('.', 1)[-1]}`, line"
+                f" {sampler.lineno}); drop shuffle=True, the"
                 " sampler decides the order",
             )
         if _a_sampler(ctx, call.kwarg("batch_sampler"), call.node) is None:
