@@ -276,3 +276,22 @@ def test_a_loader_handed_to_a_runner_from_another_module_gets_its_epoch_set_ther
         "for epoch in range(10):\n            for batch in loader:\n                pass",
     )
     assert "TRG022" in codes(own_loop)
+
+
+def test_a_model_class_from_the_project_or_torchvision_by_name_is_built_on_the_cpu() -> None:
+    body = """
+        from models.yolo import Model
+        def main(args):
+            dist.init_process_group("nccl")
+            torch.cuda.set_device(args.gpu)
+            model = torchvision.models.__dict__[args.arch]()
+            model = DDP(model, device_ids=[args.gpu])
+            detector = Model(args.cfg)
+            detector = DDP(detector, device_ids=[args.gpu])
+        main(None)
+    """
+    assert codes(body, DDP_HEAD).count("TRG004") == 2
+    placed = body.replace("Model(args.cfg)", "Model(args.cfg, args.gpu)").replace(
+        "torchvision.models.__dict__[args.arch]()", "torchvision.models.__dict__[args.arch]().cuda()"
+    )
+    assert "TRG004" not in codes(placed, DDP_HEAD)

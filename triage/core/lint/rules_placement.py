@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
 from triage.core.lint.patterns import value_before
-from triage.core.lint.script import Call
+from triage.core.lint.script import Call, dotted
 from triage.core.lint.wrappers import wrapper_kind
 
 TRG004 = Rule(
@@ -58,6 +58,7 @@ TRG004 = Rule(
 RULES = (TRG004,)
 
 _PLACING_KWARGS = frozenset({"device", "device_map", "torch_device"})
+_PLACING_WORDS = ("cuda", ".to(", "device", "gpu", "rank")
 _DEFAULT_DEVICE = frozenset({"set_default_device", "set_default_tensor_type"})
 
 
@@ -72,13 +73,20 @@ def _built_on_cpu(ctx: Context, value: ast.expr) -> bool:
         k.arg is None or k.arg in _PLACING_KWARGS for k in value.keywords
     ):
         return False
-    name = ctx.script.qual(value.func) or ""
+    func = value.func
+    if isinstance(func, ast.Subscript) and dotted(func.value).endswith("models.__dict__"):
+        func = func.value  # torchvision's `models.__dict__[args.arch]()`
+    name = ctx.script.qual(func) or ""
     if "()" in name:  # a method of something built: `resnet50().cuda()`, `Net().to(device)`
         return False
     tail = name.rsplit(".", 1)[-1]
-    if isinstance(value.func, ast.Name) and value.func.id in ctx.script.classes:
-        source = ast.get_source_segment(ctx.script.source, ctx.script.classes[value.func.id]) or ""
-        return not any(word in source for word in ("cuda", ".to(", "device"))
+    if isinstance(func, ast.Name) and func.id in ctx.script.classes:
+        source = ast.get_source_segment(ctx.script.source, ctx.script.classes[func.id]) or ""
+        return not any(word in source for word in _PLACING_WORDS)
+    if isinstance(func, ast.Name) and func.id in ctx.script.imports and tail[:1].isupper():
+        # A model class imported from the project (`from models import Net`): built where it is
+        # called, unless it is handed something that names a device.
+        return not any(word in ast.unparse(arg).lower() for arg in value.args for word in _PLACING_WORDS)
     if name.startswith("torch.nn.") and tail[:1].isupper() and "parallel" not in name:
         return True
     if name.startswith("torchvision.models."):
