@@ -24,7 +24,8 @@ TRG004 = Rule(
     fix="move the model to this rank's GPU first (`model.to(local_rank)`), then wrap it",
     finds=(
         "`DistributedDataParallel(model, device_ids=[...])` where `model` was just built (a module class"
-        " of the file, `torch.nn.*`, `torchvision.models.*`, `timm.create_model`, a Transformers"
+        " of the file or imported from the project, `torch.nn.*`, `torchvision.models.*` and"
+        " `models.__dict__[arch]()`, `timm.create_model`, a Transformers"
         " `from_pretrained` without `device_map`) and nothing between the two moves it; also"
         " `DDP(Net(), device_ids=[...])`. A model built under `with torch.device(...)`, or in a script"
         " that sets a default device, is not reported."
