@@ -295,3 +295,14 @@ def test_a_model_class_from_the_project_or_torchvision_by_name_is_built_on_the_c
         "torchvision.models.__dict__[args.arch]()", "torchvision.models.__dict__[args.arch]().cuda()"
     )
     assert "TRG004" not in codes(placed, DDP_HEAD)
+
+
+def test_a_rank_test_inside_a_conditional_expression_is_a_gate() -> None:
+    body = """
+        dist.init_process_group("nccl")
+        is_main = dist.get_rank() == 0 if dist.is_initialized() else True
+        if is_main:
+            dist.barrier()
+    """
+    assert "TRG021" in codes(body)
+    assert "TRG021" not in codes(body.replace("dist.get_rank() == 0 if", "True if"))

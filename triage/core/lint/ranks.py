@@ -173,6 +173,11 @@ class RankModel:
             return "zero" if callee.rsplit(".", 1)[-1] in MAIN_NAMES else None
         if isinstance(test, ast.NamedExpr):
             return self.side(test.value, scope)
+        if isinstance(test, ast.IfExp):  # `dist.get_rank() == 0 if dist.is_initialized() else True`
+            arms = {
+                self.side(arm, scope) for arm in (test.body, test.orelse) if not isinstance(arm, ast.Constant)
+            }
+            return arms.pop() if len(arms) == 1 else None
         return None
 
     def negatable(self, test: ast.AST, scope: Scope) -> bool:
