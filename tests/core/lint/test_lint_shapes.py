@@ -300,8 +300,8 @@ def test_a_model_class_from_the_project_or_torchvision_by_name_is_built_on_the_c
 def test_a_rank_test_inside_a_conditional_expression_is_a_gate() -> None:
     body = """
         dist.init_process_group("nccl")
-        is_main = dist.get_rank() == 0 if dist.is_initialized() else True
-        if is_main:
+        leader = dist.get_rank() == 0 if dist.is_initialized() else True
+        if leader:
             dist.barrier()
     """
     assert "TRG021" in codes(body)
