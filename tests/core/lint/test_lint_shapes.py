@@ -306,3 +306,19 @@ def test_a_rank_test_inside_a_conditional_expression_is_a_gate() -> None:
     """
     assert "TRG021" in codes(body)
     assert "TRG021" not in codes(body.replace("dist.get_rank() == 0 if", "True if"))
+
+
+def test_a_function_decorated_master_only_runs_on_rank_0() -> None:
+    body = """
+        from basicsr.utils.dist_util import master_only
+        dist.init_process_group("nccl")
+
+        @master_only
+        def save_network(net, path):
+            torch.save(net.state_dict(), path)
+
+        for it in range(3):
+            save_network(torch.nn.Linear(2, 2), "net.pth")
+    """
+    assert "TRG023" not in codes(body)
+    assert "TRG023" in codes(body.replace("@master_only\n", ""))
