@@ -322,3 +322,20 @@ def test_a_function_decorated_master_only_runs_on_rank_0() -> None:
     """
     assert "TRG023" not in codes(body)
     assert "TRG023" in codes(body.replace("        @master_only\n", ""))
+
+
+def test_an_hf_trainer_script_ending_in_save_pretrained_is_not_a_race_worth_a_warning() -> None:
+    body = """
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        trainer = Trainer(model=model, args=TrainingArguments(output_dir="out"), train_dataset=None)
+        trainer.train()
+        model.save_pretrained("out/final")
+        torch.save(model.state_dict(), "out/final.pt")
+    """
+    assert codes(body).count("TRG023") == 1  # the torch.save only
+    # With a wrapper of its own (DDP here), the script does the distribution and is judged as such.
+    wrapped = body.replace(
+        "trainer.train()", "trainer.train()\n        model = torch.nn.parallel.DistributedDataParallel(model)"
+    )
+    assert codes(wrapped).count("TRG023") == 2

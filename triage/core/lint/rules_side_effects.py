@@ -30,7 +30,9 @@ TRG023 = Rule(
     fact="lint.every_rank_writes",
     finds=(
         "In a script that runs as several processes, outside any rank condition: `torch.save` to a path"
-        " that does not contain the rank, `save_pretrained` without `is_main_process=`,"
+        " that does not contain the rank, `save_pretrained` of a model without `is_main_process=` (not a"
+        " tokenizer's or config's, nor in a script the HF Trainer runs, where each rank writes the same"
+        " whole weights),"
         " `safetensors` `save_file`, `os.makedirs` without `exist_ok=True`, and `wandb.init`,"
         " `SummaryWriter` or `mlflow.start_run`."
     ),
@@ -234,6 +236,7 @@ def _write(ctx: Context, call: Call) -> str | None:
         and call.kwarg("save_function") is None  # `accelerator.save` writes on the main process only
         and not call.has_star_kwargs()
         and not _metadata(ctx, call)
+        and not _trainer_script(ctx)
     ):
         return (
             f"{ctx.script.text(call.node.func, 40)}() runs on every rank without is_main_process=: N processes"
@@ -259,6 +262,16 @@ def _metadata(ctx: Context, call: Call) -> bool:
     the weights whose concurrent writes corrupt a checkpoint."""
     receiver = ctx.script.text(call.receiver, 80).lower() if call.receiver is not None else ""
     return any(word in receiver for word in _METADATA_WORDS)
+
+
+def _trainer_script(ctx: Context) -> bool:
+    """A script the HF Trainer (or TRL's) runs, with no wrapper of its own: `trainer.train()` then
+    `model.save_pretrained(out)` is how these scripts end, the weights are whole on every rank, and
+    each process writes the same bytes; `trainer.save_model` would say it once."""
+    wrappers = ctx.wrappers
+    return wrappers.of_kind("hf_trainer") and not wrappers.of_kind(
+        "ddp", "fsdp", "fsdp2", "deepspeed", "prepared"
+    )
 
 
 def _check_writes(ctx: Context) -> Iterator[Finding]:
