@@ -339,3 +339,18 @@ def test_an_hf_trainer_script_ending_in_save_pretrained_is_not_a_race_worth_a_wa
         "trainer.train()", "trainer.train()\n        model = torch.nn.parallel.DistributedDataParallel(model)"
     )
     assert codes(wrapped).count("TRG023") == 2
+
+
+def test_an_imported_get_dist_info_is_mmcvs_rank_first_only_when_it_looks_like_it() -> None:
+    body = """
+        from nanochat.common import get_dist_info
+        dist.init_process_group("nccl")
+        ddp, ddp_rank, ddp_local_rank, ddp_world_size = get_dist_info()
+        if ddp:
+            dist.all_reduce(torch.ones(1))
+    """
+    assert "TRG021" not in codes(body)
+    mmcv = body.replace("ddp, ddp_rank, ddp_local_rank, ddp_world_size =", "rank, world_size =").replace(
+        "if ddp:", "if rank:"
+    )
+    assert "TRG021" in codes(mmcv)

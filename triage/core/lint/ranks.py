@@ -257,9 +257,10 @@ class RankModel:
                     callee = self.script.qual(value.func) or ""
                     if local is not None:  # `a, rank, b = setup()`: the tuple `setup` returns, by position
                         self._bind_returned(target, local)
-                    elif callee.endswith(
-                        "get_dist_info"
-                    ):  # mmcv/mmengine: rank, world_size = get_dist_info()
+                    elif callee.endswith("get_dist_info") and (
+                        len(target.elts) == 2 or "rank" in dotted(target.elts[0]).lower()
+                    ):  # mmcv/mmengine: rank, world_size = get_dist_info(); not nanochat's
+                        # `ddp, rank, local_rank, world = get_dist_info()` imported from its package
                         self._store(self.values, target.elts[0], "global", scope)
                 else:
                     self._bind(target, value, scope)
