@@ -354,3 +354,22 @@ def test_an_imported_get_dist_info_is_mmcvs_rank_first_only_when_it_looks_like_i
         "if ddp:", "if rank:"
     )
     assert "TRG021" in codes(mmcv)
+
+
+def test_a_snippet_pasted_without_its_imports_is_read_with_the_conventional_ones() -> None:
+    snippet = """
+        def train(model, loader, optimizer, epochs):
+            sampler = DistributedSampler(loader.dataset)
+            loader = DataLoader(loader.dataset, batch_size=32, sampler=sampler, shuffle=True)
+            for epoch in range(epochs):
+                for batch in loader:
+                    model(batch).backward()
+                if dist.get_rank() == 0:
+                    torch.save(model.state_dict(), "ckpt.pt")
+                    dist.barrier()
+    """
+    found = codes(snippet, head="")
+    assert {"TRG021", "TRG022", "TRG024"} <= set(found)
+    # A file that binds the name itself means something else by it.
+    own = "def dist(x):\n    return x\n" + textwrap.dedent(snippet)
+    assert "TRG021" not in codes(own, head="")
