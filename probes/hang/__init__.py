@@ -15,10 +15,13 @@ from dataclasses import replace
 
 from probes.hang.discover import (
     LOCAL_WORLD_VARS,
+    SPAWN,
     WORLD_VARS,
     Proc,
     all_procs,
     find_ranks,
+    is_spawn_child,
+    launcher_label,
     launcher_of,
     read_proc,
 )
@@ -33,10 +36,12 @@ class NoJob(Exception):
 
 def _job_key(proc: Proc) -> tuple[str, str, str]:
     env = proc.env
+    if proc.rank is None and is_spawn_child(proc):  # the ranks one mp.spawn started
+        return (SPAWN, str(proc.ppid), "")
     return (env.get("TORCHELASTIC_RUN_ID", ""), env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""))
 
 
-def _identity(proc: Proc, host: str) -> RankSample:
+def _identity(proc: Proc, host: str, launcher: str = "") -> RankSample:
     return RankSample(
         pid=proc.pid,
         host=host,
@@ -44,22 +49,30 @@ def _identity(proc: Proc, host: str) -> RankSample:
         local_rank=proc.local_rank,
         world_size=proc.first(WORLD_VARS),
         local_world_size=proc.first(LOCAL_WORLD_VARS),
+        launcher=launcher,
+        master_addr=proc.env.get("MASTER_ADDR", ""),
     )
 
 
-def read_rank(proc: Proc, host: str, timeout_s: float, deadline: float, sources: Sources) -> RankSample:
-    """One rank's sample: its stack read twice (or why not), by `deadline` (time.monotonic)."""
-    identity = _identity(proc, host)
+def read_rank(
+    proc: Proc, host: str, timeout_s: float, deadline: float, sources: Sources, launcher: str = ""
+) -> RankSample:
+    """One rank's sample: its stack read twice (or why not), by `deadline` (time.monotonic). A rank
+    whose environment does not say its rank (mp.spawn's) gets it from its stack's arguments."""
+    identity = _identity(proc, host, launcher)
     left = deadline - time.monotonic()
     if left <= 0:
         return replace(identity, error=f"not read: the {timeout_s * 2:g} s allowed for all ranks ran out")
     try:
-        dump, moving = sample(proc.pid, min(timeout_s, left))
+        dump, moving = sample(proc.pid, min(timeout_s, left), rank_of=proc.rank is None)
     except StackUnreadable as exc:
         # A rank that ended (or is a zombie) while py-spy read it is gone, not unreadable.
         return replace(identity, error=str(exc), gone=read_proc(proc.pid) is None)
     contexts = sources.contexts(dump.frames)
-    return replace(identity, frames=dump.frames, active=dump.active, moving=moving, contexts=contexts)
+    rank = identity.rank if identity.rank is not None else dump.rank
+    return replace(
+        identity, rank=rank, frames=dump.frames, active=dump.active, moving=moving, contexts=contexts
+    )
 
 
 def collect(
@@ -101,12 +114,21 @@ def collect(
     launchers = {id(p): p for p in (launcher_of(r, procs) for r in ranks) if p is not None}
     for launcher in sorted(launchers.values(), key=lambda p: p.pid):
         notes.append(f"launched by {launcher.launcher} (PID {launcher.pid})")
+    spawners = sorted({r.ppid for r in ranks if r.rank is None and is_spawn_child(r)})
+    notes += [f"launched by {SPAWN} (PID {pid})" for pid in spawners if not launchers]
+    labels = {p.pid: launcher_label(p, procs) for p in ranks}
     host = socket.gethostname()
     if pyspy_binary() is None:
-        return [replace(_identity(p, host), error=missing_message()) for p in ranks], notes, ranks
+        return (
+            [replace(_identity(p, host, labels[p.pid]), error=missing_message()) for p in ranks],
+            notes,
+            ranks,
+        )
     sources = Sources()
     deadline = time.monotonic() + 2 * timeout_s
     workers = min(len(ranks), 16, max(4, 2 * (os.cpu_count() or 1)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        samples = list(pool.map(lambda p: read_rank(p, host, timeout_s, deadline, sources), ranks))
+        samples = list(
+            pool.map(lambda p: read_rank(p, host, timeout_s, deadline, sources, labels[p.pid]), ranks)
+        )
     return samples, notes, ranks

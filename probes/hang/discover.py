@@ -137,11 +137,39 @@ def all_procs() -> dict[int, Proc]:
     return procs
 
 
+def is_spawn_child(proc: Proc) -> bool:
+    """A process started by multiprocessing's spawn method (what torch.multiprocessing.spawn uses)."""
+    return "--multiprocessing-fork" in proc.argv and any("spawn_main" in a for a in proc.argv)
+
+
+def _uses_torch(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as handle:
+            return any(b"/libtorch" in line for line in handle)
+    except OSError:
+        return False
+
+
+def spawned_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
+    """A rank started by `torch.multiprocessing.spawn` (or a multiprocessing Process that runs
+    torch): its rank is an argument of its function, not a variable of its environment. The
+    children of such a rank (DataLoader workers) are not ranks."""
+    parent = procs.get(proc.ppid)
+    return (
+        is_spawn_child(proc)
+        and parent is not None
+        and parent.is_python
+        and not is_spawn_child(parent)
+        and parent.rank is None
+        and _uses_torch(proc.pid)
+    )
+
+
 def _is_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
-    if not proc.is_python or (proc.rank is None and proc.local_rank is None):
+    if not proc.is_python or any(mark in proc.env for mark in OWN_PROCESS_VARS):
         return False
-    if any(mark in proc.env for mark in OWN_PROCESS_VARS):
-        return False
+    if proc.rank is None and proc.local_rank is None:
+        return spawned_rank(proc, procs)
     parent = procs.get(proc.ppid)
     return not (
         parent is not None
@@ -149,6 +177,26 @@ def _is_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
         and parent.rank == proc.rank
         and parent.local_rank == proc.local_rank
     )
+
+
+# Where no launcher process is seen (its node's agent, another container), the variables it set.
+_LAUNCHER_VARS = (
+    ("TORCHELASTIC_RUN_ID", "torchrun"),
+    ("SLURM_PROCID", "srun"),
+    ("OMPI_COMM_WORLD_RANK", "mpirun"),
+    ("PMI_RANK", "mpirun"),
+)
+SPAWN = "torch.multiprocessing.spawn"
+
+
+def launcher_label(proc: Proc, procs: dict[int, Proc]) -> str:
+    """What started rank `proc`: a launcher's name, mp.spawn's, or "" for a plain `python`."""
+    found = launcher_of(proc, procs)
+    if found is not None:
+        return found.launcher or ""
+    if is_spawn_child(proc):
+        return SPAWN
+    return next((name for var, name in _LAUNCHER_VARS if var in proc.env), "")
 
 
 def launcher_of(proc: Proc, procs: dict[int, Proc]) -> Proc | None:

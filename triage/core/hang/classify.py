@@ -51,9 +51,10 @@ _LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "<frozen", "/lib/python3
 
 @dataclass(frozen=True)
 class RankState:
-    """A rank's state: `kind` is collective | init | data | saving | waiting | computing | outside |
-    exited | unknown (`outside`: outside any collective, known only from its Flight Recorder;
-    `saving`: writing a checkpoint)."""
+    """A rank's state: `kind` is collective | init | data | saving | debugger | stdin | waiting |
+    computing | outside | exited | unknown (`outside`: outside any collective, known only from its
+    Flight Recorder; `saving`: writing a checkpoint; `debugger`: at a pdb prompt; `stdin`: reading
+    its standard input)."""
 
     rank: int | None
     pid: int
@@ -64,6 +65,10 @@ class RankState:
     user_frame: Frame | None = None
     context: LineContext | None = None
     detail: str = ""
+    # The rank tests (`if rank == 0:`) around every user frame of the stack, innermost first, as
+    # (file, line of the `if`, test): a collective reached through a call made only on some ranks.
+    conditions: tuple[tuple[str, int, str], ...] = ()
+    launcher: str = ""  # what started the rank (torchrun, mp.spawn, ...); "" when nothing did
 
     def key(self) -> tuple[str, str, str]:
         """Ranks with equal keys are doing the same thing."""
@@ -78,6 +83,8 @@ class RankState:
         return {
             "data": f"loading data{where}",
             "saving": f"writing a checkpoint ({self.detail}){where}",
+            "debugger": f"stopped in a debugger (a breakpoint() or set_trace() left in){where}",
+            "stdin": f"waiting for input on its stdin{where}",
             "waiting": f"waiting outside any collective (sleep, I/O or a lock){where}",
             "computing": f"computing outside any collective{where}",
             "outside": f"in no collective by its Flight Recorder ({self.detail})",
@@ -106,6 +113,11 @@ def _short(function: str) -> str:
 # synchronize() are the other way to wait there.
 _WAITS = re.compile(r"\.wait\(\s*\)")
 _GPU_SYNCS = re.compile(r"\.(item|cpu|tolist|numpy)\(\s*\)|\bsynchronize\(")
+# A rank that reads its terminal: under a launcher nobody types there, so it waits for ever.
+_READS_STDIN = re.compile(r"(?<![\w.])input\(|\bstdin\.read")
+# pdb (and what builds on bdb), or debugpy waiting for an IDE to attach.
+_DEBUGGER_FILES = ("/bdb.py", "/pdb.py")
+_DEBUGGER_DIRS = ("/pudb/", "/debugpy/")
 _GPU_VIA = "a GPU sync point: with NCCL, a collective queued before it has not finished"
 
 
@@ -124,6 +136,15 @@ def _pending(frames: tuple[Frame, ...], context: LineContext | None) -> tuple[st
     return None
 
 
+def _conditions(sample: RankSample) -> tuple[tuple[str, int, str], ...]:
+    found = []
+    for frame in sample.frames:
+        context = sample.contexts.get(frame.where()) if not is_library(frame.file) else None
+        if context is not None:
+            found += [(frame.file, *test) for test in context.rank_conditions]
+    return tuple(found)
+
+
 def classify(sample: RankSample) -> RankState:
     """Name what `sample`'s main thread is doing, and the user frame that led there."""
     base = RankState(sample.rank, sample.pid, sample.host, kind="unknown")
@@ -131,7 +152,18 @@ def classify(sample: RankSample) -> RankState:
         return replace(base, kind="exited" if sample.gone else "unknown", detail=sample.error)
     frames = sample.frames
     mine = user_frame(frames)
-    base = replace(base, user_frame=mine, context=sample.contexts.get(mine.where()) if mine else None)
+    base = replace(
+        base,
+        user_frame=mine,
+        context=sample.contexts.get(mine.where()) if mine else None,
+        conditions=_conditions(sample),
+        launcher=sample.launcher,
+    )
+    if any(f.file.endswith(_DEBUGGER_FILES) or any(d in f.file for d in _DEBUGGER_DIRS) for f in frames):
+        return replace(base, kind="debugger")
+    code = base.context.code if base.context is not None else ""
+    if frames and frames[0] is mine and not sample.active and _READS_STDIN.search(code):
+        return replace(base, kind="stdin")
     fsdp = any("/fsdp/" in f.file for f in frames)
     for frame in frames:
         name = _short(frame.function)

@@ -30,6 +30,7 @@ class LineContext:
     function: str = ""
     code: str = ""
     rank_condition: tuple[int, str] | None = None
+    rank_conditions: tuple[tuple[int, str], ...] = ()  # every enclosing rank test, innermost first
     loop: tuple[int, int] | None = None
     jumps: tuple[tuple[int, str], ...] = ()
 
@@ -50,3 +51,5 @@ class RankSample:
     error: str = ""  # why the stack could not be read
     gone: bool = False  # the process exited while it was being read
     contexts: dict[str, LineContext] = field(default_factory=dict)  # "file:line" -> context
+    launcher: str = ""  # what started the rank: torchrun, mp.spawn, ... ("" when nothing did)
+    master_addr: str = ""  # MASTER_ADDR in its environment

@@ -1,0 +1,129 @@
+"""Stack shapes beyond a rank in a collective: a debugger or a prompt holding a rank, a collective
+reached through a call made only on some ranks, ranks that were never started, mp.spawn ranks."""
+
+from __future__ import annotations
+
+import textwrap
+
+from probes.hang.pyspy import rank_argument
+from triage.core.hang.analyse import analyse
+from triage.core.hang.classify import classify
+from triage.core.hang.codec import merge, picture_json
+from triage.core.hang.source_context import line_context
+from triage.core.hang.stacks import Frame, RankSample
+
+LIB = "/venv/lib/python3.11/site-packages/torch/distributed/"
+STDLIB = "/usr/lib/python3.11/"
+SCRIPT = "/job/train.py"
+SOURCE = textwrap.dedent(
+    """\
+    import torch.distributed as dist
+
+    def save(model):
+        write(model)
+        dist.barrier()
+
+    def main(rank, model):
+        if rank >= 0:
+            for step in range(10):
+                dist.all_reduce(model)
+                if rank == 0 and step == 2:
+                    save(model)
+                name = input("next? ")
+        dist.init_process_group("gloo")
+    """
+)
+
+
+def _sample(rank: int, *frames: Frame, launcher: str = "torchrun", **kw: object) -> RankSample:
+    contexts = {f.where(): line_context(SOURCE, f.line) for f in frames if f.file == SCRIPT}
+    return RankSample(
+        pid=100 + rank, host="n1", rank=rank, world_size=kw.pop("world", 2), local_world_size=kw.pop("local", 2),
+        frames=frames, contexts=contexts, launcher=launcher, **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def _in(name: str, *user_lines: int, file: str = LIB + "distributed_c10d.py") -> tuple[Frame, ...]:
+    return (Frame(name, file, 4000), *(Frame("f", SCRIPT, line) for line in user_lines))
+
+
+PDB = (
+    Frame("cmdloop", STDLIB + "cmd.py", 126),
+    Frame("interaction", STDLIB + "pdb.py", 433),
+    Frame("trace_dispatch", STDLIB + "bdb.py", 90),
+    Frame("main", SCRIPT, 10),
+)
+
+
+def test_a_rank_at_a_pdb_prompt_is_p8_and_the_suspect() -> None:
+    picture = analyse([_sample(0, *PDB), _sample(1, *_in("all_reduce", 10))])
+    assert classify(_sample(0, *PDB)).kind == "debugger"
+    assert [d.entry for d in picture.diagnoses][:2] == ["P8", "MN3"]
+    assert picture.suspect_ranks == (0,)
+
+
+def test_every_rank_at_a_prompt_is_still_a_diagnosis() -> None:
+    reading = (Frame("main", SCRIPT, 13),)  # input() is built in: no frame of its own
+    picture = analyse([_sample(0, *reading), _sample(1, *PDB)])
+    assert classify(_sample(0, *reading)).kind == "stdin"
+    assert picture.diagnoses[0].entry == "P8" and picture.suspect_ranks == (0, 1)
+    busy = classify(_sample(0, *reading, active=True))
+    assert busy.kind == "computing"  # a running thread is not waiting for its terminal
+
+
+def test_a_collective_reached_through_a_call_under_a_rank_test_is_d21() -> None:
+    # rank 0: barrier in save() (line 5), called at line 12 under `if rank == 0 and step == 2`
+    picture = analyse([_sample(0, *_in("barrier", 5, 12)), _sample(1, *_in("all_reduce", 10))])
+    assert picture.diagnoses[0].entry == "D21" and picture.suspect_ranks == (0,)
+    assert f"{SCRIPT}:11" in picture.diagnoses[0].evidence[0]
+    # the `if rank >= 0:` around both stacks singles no rank out
+    assert "rank >= 0" not in picture.diagnoses[0].evidence[0]
+    again, _ = merge([picture_json(picture, 2)])
+    assert again.diagnoses[0].entry == "D21" and again.suspect_ranks == (0,)
+
+
+def test_a_rank_test_every_rank_passes_through_is_no_d21() -> None:
+    picture = analyse([_sample(0, *_in("broadcast", 10)), _sample(1, *_in("all_reduce", 10))])
+    assert picture.diagnoses[0].entry == "D19"
+    assert classify(_sample(0, *_in("broadcast", 10))).conditions == ((SCRIPT, 8, "rank >= 0"),)
+
+
+INIT = (
+    Frame("_create_c10d_store", LIB + "rendezvous.py", 199),
+    Frame("init_process_group", LIB + "distributed_c10d.py", 1892),
+    Frame("main", SCRIPT, 14),
+)
+
+
+def test_ranks_never_started_by_hand_are_d1_and_named() -> None:
+    """WORLD_SIZE=3, two plain `python` ranks meeting on loopback: rank 2 is missing here."""
+    samples = [_sample(r, *INIT, launcher="", world=3, local=None, master_addr="127.0.0.1") for r in (0, 1)]
+    picture = analyse(samples)
+    assert picture.diagnoses[0].entry == "D1"
+    assert picture.suspect_ranks == (2,) and picture.missing_ranks == (2,)
+
+
+def test_a_rank_missing_under_a_launcher_is_d20() -> None:
+    samples = [_sample(0, *INIT, world=2, local=2)]
+    assert analyse(samples).diagnoses[0].entry == "D20"
+
+
+def test_ranks_of_another_master_host_may_run_elsewhere() -> None:
+    samples = [_sample(r, *INIT, launcher="", world=3, local=None, master_addr="10.0.0.1") for r in (0, 1)]
+    picture = analyse(samples)
+    assert picture.missing_ranks == () and picture.suspect_ranks == ()
+    assert any("other nodes" in note for note in picture.notes)
+
+
+def test_a_spawned_rank_is_read_from_its_arguments() -> None:
+    def frame(name: str, file: str, **args: str) -> dict[str, object]:
+        return {
+            "name": name, "filename": file,
+            "locals": [{"name": k, "arg": True, "repr": v} for k, v in args.items()],
+        }  # fmt: skip
+
+    wrap = frame("_wrap", "/venv/lib/python3.11/site-packages/torch/multiprocessing/spawn.py", i="3")
+    user = frame("run", SCRIPT, rank="1", world_size="4")
+    assert rank_argument([user, wrap]) == 3
+    assert rank_argument([user, frame("run", STDLIB + "multiprocessing/process.py")]) == 1
+    assert rank_argument([frame("run", SCRIPT, rank="'zero'")]) is None
