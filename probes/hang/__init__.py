@@ -19,6 +19,7 @@ from probes.hang.discover import (
     WORLD_VARS,
     Proc,
     all_procs,
+    find_agents,
     find_ranks,
     is_spawn_child,
     launcher_label,
@@ -64,7 +65,9 @@ def read_rank(
     if left <= 0:
         return replace(identity, error=f"not read: the {timeout_s * 2:g} s allowed for all ranks ran out")
     try:
-        dump, moving = sample(proc.pid, min(timeout_s, left), rank_of=proc.rank is None)
+        dump, moving = sample(
+            proc.pid, min(timeout_s, left), rank_of=proc.rank is None and is_spawn_child(proc)
+        )
     except StackUnreadable as exc:
         # A rank that ended (or is a zombie) while py-spy read it is gone, not unreadable.
         return replace(identity, error=str(exc), gone=read_proc(proc.pid) is None)
@@ -88,6 +91,9 @@ def collect(
         ranks = find_ranks(pids, procs)
     except (LookupError, PermissionError) as exc:
         raise NoJob(str(exc)) from None
+    agents = find_agents(pids, procs) if not ranks else []
+    if agents:  # no worker yet: the launcher itself is what waits
+        ranks = agents
     if not ranks:
         if pids:
             raise NoJob(
@@ -116,7 +122,8 @@ def collect(
         notes.append(f"launched by {launcher.launcher} (PID {launcher.pid})")
     spawners = sorted({r.ppid for r in ranks if r.rank is None and is_spawn_child(r)})
     notes += [f"launched by {SPAWN} (PID {pid})" for pid in spawners if not launchers]
-    labels = {p.pid: launcher_label(p, procs) for p in ranks}
+    labels = {p.pid: p.launcher or "" if agents else launcher_label(p, procs) for p in ranks}
+    notes += [f"no rank process runs: read the launcher itself ({a.launcher}, PID {a.pid})" for a in agents]
     host = socket.gethostname()
     if pyspy_binary() is None:
         return (
@@ -131,4 +138,6 @@ def collect(
         samples = list(
             pool.map(lambda p: read_rank(p, host, timeout_s, deadline, sources, labels[p.pid]), ranks)
         )
+    if agents:
+        samples = [replace(s, role="agent") for s in samples]
     return samples, notes, ranks

@@ -246,3 +246,22 @@ def find_ranks(pids: list[int] | None = None, procs: dict[int, Proc] | None = No
         return sorted(chosen.values(), key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.pid))
     ranks = [p for p in procs.values() if _is_rank(p, procs)]
     return sorted(ranks, key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.pid))
+
+
+def find_agents(pids: list[int] | None, procs: dict[int, Proc]) -> list[Proc]:
+    """Launchers with no rank below them (torchrun's agent still in its rendezvous, waiting for the
+    other nodes before it starts any worker): those of the PIDs given, or all of this user's."""
+    chosen = [procs[p] for p in pids or [] if p in procs]
+    candidates = (
+        [c for p in chosen for c in (p, *descendants(p.pid, procs))] if pids else list(procs.values())
+    )
+    agents = {
+        p.pid: p
+        for p in candidates
+        if p.launcher and p.is_python and not any(mark in p.env for mark in OWN_PROCESS_VARS)
+    }
+    busy = {a for a in agents if any(_is_rank(c, procs) for c in descendants(a, procs))}
+    # one agent per chain: a python `torchrun` started by `accelerate launch` is the same launch
+    return sorted(
+        (a for pid, a in agents.items() if pid not in busy and a.ppid not in agents), key=lambda a: a.pid
+    )

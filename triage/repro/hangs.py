@@ -39,6 +39,7 @@ class HangScenario:
     world: int = 0  # the WORLD_SIZE the ranks are given, where it is not nproc (ranks never started)
     busy: bool = False  # the suspects keep computing: only the others go quiet
     idle_ticks: int = 0  # CPU ticks a frozen rank still uses between reads (init retrying to connect)
+    nnodes: int = 1  # nodes the launcher expects; only this one is started (no worker starts at all)
 
     @property
     def path(self) -> str:
@@ -47,6 +48,8 @@ class HangScenario:
     @property
     def running(self) -> int:
         """How many rank processes the hung job has."""
+        if self.nnodes > 1:
+            return 0
         return self.nproc - (len(self.suspects) if self.gone and not self.world else 0)
 
     @property
@@ -154,6 +157,15 @@ HANGS: tuple[HangScenario, ...] = (
         (0,),
         launcher="script",
     ),
+    HangScenario(
+        "P1-node",
+        "torchrun told of 2 nodes, only node 0 started: its agent waits in the rendezvous, no worker runs",
+        "hang_missing_node.py",
+        "P1",
+        (),
+        nnodes=2,
+        idle_ticks=6,
+    ),
 )
 # How each launcher starts a job of N local ranks on a loopback port: the command before the script.
 LAUNCHERS = ("torch.distributed.run", "torchrun", "accelerate", "deepspeed")
@@ -167,19 +179,23 @@ _BY_HAND = (
 )
 
 
-def launch_command(launcher: str, nproc: int, port: int, world: int = 0) -> list[str]:
+def launch_command(launcher: str, nproc: int, port: int, world: int = 0, nnodes: int = 1) -> list[str]:
     """The launcher's command line for `nproc` ranks on this machine (the script follows it):
     one of LAUNCHERS; "python", one process per rank started by a shell with the rank's variables
-    (WORLD_SIZE `world`, or `nproc`); "script", the script starts its ranks itself (mp.spawn)."""
+    (WORLD_SIZE `world`, or `nproc`); "script", the script starts its ranks itself (mp.spawn).
+    torchrun is told of `nnodes` nodes, this one node 0."""
     if launcher == "python":
         loop = _BY_HAND.format(last=nproc - 1, world=world or nproc, port=port)
         return ["sh", "-c", loop, sys.executable]
     if launcher == "script":
         return [sys.executable]
     if launcher == "torch.distributed.run":
-        return [sys.executable, "-m", "torch.distributed.run", *_torchrun_args(nproc, port)]
+        return [sys.executable, "-m", "torch.distributed.run", *_torchrun_args(nproc, port, nnodes)]
     if launcher == "torchrun":
-        return [os.path.join(os.path.dirname(sys.executable), "torchrun"), *_torchrun_args(nproc, port)]
+        return [
+            os.path.join(os.path.dirname(sys.executable), "torchrun"),
+            *_torchrun_args(nproc, port, nnodes),
+        ]
     if launcher == "accelerate":
         return [
             sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", f"--num_processes={nproc}",
@@ -194,8 +210,9 @@ def launch_command(launcher: str, nproc: int, port: int, world: int = 0) -> list
     raise ValueError(f"unknown launcher {launcher!r}")
 
 
-def _torchrun_args(nproc: int, port: int) -> list[str]:
-    return ["--nnodes=1", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={port}"]
+def _torchrun_args(nproc: int, port: int, nnodes: int = 1) -> list[str]:
+    nodes = [f"--nnodes={nnodes}", *(["--node-rank=0"] if nnodes > 1 else [])]
+    return [*nodes, f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={port}"]
 
 
 @dataclass
@@ -231,6 +248,19 @@ def _rank_cpu(token: str, skip: tuple[int, ...] = ()) -> dict[int, int]:
     return {pid: ticks for pid, ticks in used.items() if parents[pid] not in used}
 
 
+def _cpu(pids: list[int]) -> dict[int, int]:
+    """CPU ticks used so far by each of `pids` that still runs."""
+    used = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[-1].split()
+            used[pid] = int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return used
+
+
 def _quiet(before: dict[int, int], now: dict[int, int], slack: int) -> bool:
     return bool(now) and now.keys() == before.keys() and all(now[p] - before[p] <= slack for p in now)
 
@@ -261,7 +291,7 @@ def hung_job(
         launcher = scenario.launcher
     if launcher == "script":
         job_env["HANG_MASTER_PORT"] = str(port)
-    command = [*launch_command(launcher, scenario.nproc, port, scenario.world), *script]
+    command = [*launch_command(launcher, scenario.nproc, port, scenario.world, scenario.nnodes), *script]
     skip = scenario.suspects if scenario.busy else ()
     alive = scenario.running - len(skip)
     # stdin: a pipe nobody writes to, as a terminal nobody types in (a rank that reads it waits).
@@ -282,7 +312,7 @@ def hung_job(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{scenario.script}: no hang within {start_timeout_s:g} s")
             time.sleep(quiet_s)
-            now = _rank_cpu(token, skip)
+            now = _rank_cpu(token, skip) if scenario.running else _cpu(processes_with_token(token))
             if (len(now) == alive if scenario.gone else len(now) >= alive) and _quiet(
                 before, now, max(scenario.idle_ticks, 3 if recorders else 0)
             ):

@@ -127,3 +127,21 @@ def test_a_spawned_rank_is_read_from_its_arguments() -> None:
     assert rank_argument([user, wrap]) == 3
     assert rank_argument([user, frame("run", STDLIB + "multiprocessing/process.py")]) == 1
     assert rank_argument([frame("run", SCRIPT, rank="'zero'")]) is None
+
+
+AGENT = (
+    Frame("next_rendezvous", LIB + "elastic/rendezvous/static_tcp_rendezvous.py", 67),
+    Frame("_rendezvous", LIB + "elastic/agent/server/api.py", 528),
+    Frame("<module>", "/venv/bin/torchrun", 8),
+)
+
+
+def test_a_launcher_with_no_worker_in_its_rendezvous_is_a_node_that_never_joined() -> None:
+    agent = RankSample(pid=7, host="n1", rank=None, frames=AGENT, launcher="torchrun", role="agent")
+    picture = analyse([agent])
+    assert [d.entry for d in picture.diagnoses][:2] == ["P1", "D2"]
+    assert picture.suspect_ranks == () and "torchrun" in picture.verdict
+    state = picture.ranks[0]
+    assert (state.kind, state.collective, state.user_frame) == ("init", "rendezvous", None)
+    idle = RankSample(pid=7, host="n1", rank=None, frames=AGENT[2:], launcher="torchrun", role="agent")
+    assert analyse([idle]).diagnoses == ()

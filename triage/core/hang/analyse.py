@@ -345,8 +345,17 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
         diagnoses, suspects, verdict = _mismatch(tuple(waiting))
     else:
         only = waiting[0].state
-        lines = (f"every rank seen {only.describe()}",)
-        if only.kind == "init":
+        seen = (
+            "every rank seen" if only.rank is not None else f"{only.launcher or 'a process'} (PID {only.pid})"
+        )
+        lines = (f"{seen} {only.describe()}",)
+        if only.collective == "rendezvous":
+            verdict = (
+                f"{only.launcher or 'the launcher'} waits in its rendezvous and has started no worker: "
+                "another node of the job never joined (not started, or it cannot reach this one)"
+            )
+            diagnoses = [Diagnosis("P1", lines), Diagnosis("D2", lines), Diagnosis("P3", lines)]
+        elif only.kind == "init":
             verdict = "every rank waits while the process group forms: a partner never arrived"
             diagnoses = [Diagnosis("P1", lines), Diagnosis("D2", lines), Diagnosis("MN2", lines)]
         else:

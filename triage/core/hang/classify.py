@@ -145,12 +145,27 @@ def _conditions(sample: RankSample) -> tuple[tuple[str, int, str], ...]:
     return tuple(found)
 
 
+# torch.distributed.elastic's agent (torchrun, accelerate launch): workers start after the rendezvous.
+_RENDEZVOUS = ("torch/distributed/elastic/rendezvous/", "torch/distributed/elastic/agent/")
+
+
+def _agent(base: RankState, sample: RankSample) -> RankState:
+    """A launcher read because it has no worker: waiting in its rendezvous, or doing something else."""
+    launcher = sample.launcher or "the launcher"
+    if any(m in f.file and "rendezvous" in f.function for f in sample.frames for m in _RENDEZVOUS):
+        via = f"{launcher}'s agent: no worker starts until every node has joined"
+        return replace(base, kind="init", collective="rendezvous", via=via, launcher=sample.launcher)
+    return replace(base, kind="computing" if sample.active else "waiting", launcher=sample.launcher)
+
+
 def classify(sample: RankSample) -> RankState:
     """Name what `sample`'s main thread is doing, and the user frame that led there."""
     base = RankState(sample.rank, sample.pid, sample.host, kind="unknown")
     if sample.error:
         return replace(base, kind="exited" if sample.gone else "unknown", detail=sample.error)
     frames = sample.frames
+    if sample.role == "agent":
+        return _agent(base, sample)
     mine = user_frame(frames)
     base = replace(
         base,

@@ -53,3 +53,4 @@ class RankSample:
     contexts: dict[str, LineContext] = field(default_factory=dict)  # "file:line" -> context
     launcher: str = ""  # what started the rank: torchrun, mp.spawn, ... ("" when nothing did)
     master_addr: str = ""  # MASTER_ADDR in its environment
+    role: str = "rank"  # "agent": a launcher read because no rank process runs yet
