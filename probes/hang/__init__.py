@@ -28,6 +28,7 @@ from probes.hang.discover import (
 )
 from probes.hang.pyspy import StackUnreadable, missing_message, pyspy_binary, sample
 from probes.hang.sources import Sources
+from probes.hang.workers import stuck_worker, waits_on_loader
 from triage.core.hang.stacks import RankSample
 
 
@@ -56,10 +57,17 @@ def _identity(proc: Proc, host: str, launcher: str = "") -> RankSample:
 
 
 def read_rank(
-    proc: Proc, host: str, timeout_s: float, deadline: float, sources: Sources, launcher: str = ""
+    proc: Proc,
+    host: str,
+    timeout_s: float,
+    deadline: float,
+    sources: Sources,
+    launcher: str = "",
+    children: tuple[int, ...] = (),
 ) -> RankSample:
     """One rank's sample: its stack read twice (or why not), by `deadline` (time.monotonic). A rank
-    whose environment does not say its rank (mp.spawn's) gets it from its stack's arguments."""
+    whose environment does not say its rank (mp.spawn's) gets it from its stack's arguments; a rank
+    waiting on its DataLoader gets the stack of the worker (among `children`) that is stuck."""
     identity = _identity(proc, host, launcher)
     left = deadline - time.monotonic()
     if left <= 0:
@@ -71,10 +79,19 @@ def read_rank(
     except StackUnreadable as exc:
         # A rank that ended (or is a zombie) while py-spy read it is gone, not unreadable.
         return replace(identity, error=str(exc), gone=read_proc(proc.pid) is None)
-    contexts = sources.contexts(dump.frames)
+    worker = stuck_worker(list(children), timeout_s, deadline) if waits_on_loader(dump.frames) else None
+    worker_pid, worker_frames = worker or (0, ())
+    contexts = sources.contexts((*dump.frames, *worker_frames))
     rank = identity.rank if identity.rank is not None else dump.rank
     return replace(
-        identity, rank=rank, frames=dump.frames, active=dump.active, moving=moving, contexts=contexts
+        identity,
+        rank=rank,
+        frames=dump.frames,
+        active=dump.active,
+        moving=moving,
+        contexts=contexts,
+        worker_pid=worker_pid,
+        worker_frames=worker_frames,
     )
 
 
@@ -122,6 +139,7 @@ def collect(
         notes.append(f"launched by {launcher.launcher} (PID {launcher.pid})")
     spawners = sorted({r.ppid for r in ranks if r.rank is None and is_spawn_child(r)})
     notes += [f"launched by {SPAWN} (PID {pid})" for pid in spawners if not launchers]
+    children = {r.pid: tuple(p.pid for p in procs.values() if p.ppid == r.pid and p.is_python) for r in ranks}
     labels = {p.pid: p.launcher or "" if agents else launcher_label(p, procs) for p in ranks}
     notes += [f"no rank process runs: read the launcher itself ({a.launcher}, PID {a.pid})" for a in agents]
     host = socket.gethostname()
@@ -136,7 +154,10 @@ def collect(
     workers = min(len(ranks), 16, max(4, 2 * (os.cpu_count() or 1)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         samples = list(
-            pool.map(lambda p: read_rank(p, host, timeout_s, deadline, sources, labels[p.pid]), ranks)
+            pool.map(
+                lambda p: read_rank(p, host, timeout_s, deadline, sources, labels[p.pid], children[p.pid]),
+                ranks,
+            )
         )
     if agents:
         samples = [replace(s, role="agent") for s in samples]

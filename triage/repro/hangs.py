@@ -40,6 +40,7 @@ class HangScenario:
     busy: bool = False  # the suspects keep computing: only the others go quiet
     idle_ticks: int = 0  # CPU ticks a frozen rank still uses between reads (init retrying to connect)
     nnodes: int = 1  # nodes the launcher expects; only this one is started (no worker starts at all)
+    env: tuple[tuple[str, str], ...] = ()  # variables the script reads (its knobs)
 
     @property
     def path(self) -> str:
@@ -83,6 +84,14 @@ HANGS: tuple[HangScenario, ...] = (
     ),
     HangScenario(
         "MN3", "rank 1 stuck reading a sample while rank 0 waits", "hang_dataloader.py", "MN3", (1,)
+    ),
+    HangScenario(
+        "MN3-worker",
+        "rank 1's DataLoader worker is stuck reading a sample (num_workers=2) while rank 0 waits",
+        "hang_dataloader.py",
+        "MN3",
+        (1,),
+        env=(("HANG_LOADER_WORKERS", "2"),),
     ),
     HangScenario(
         "D19", "rank 2 issues its collectives in another order", "hang_order.py", "D19", (2,), nproc=3
@@ -285,6 +294,7 @@ def hung_job(
     job_env.update(
         {TOKEN_VAR: token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore"}
     )
+    job_env.update(scenario.env)
     job_env.update(env or {})
     script = [str(WITH_RECORDERS), scenario.path] if recorders else [scenario.path]
     if launcher == LAUNCHERS[0] and scenario.launcher != LAUNCHERS[0]:

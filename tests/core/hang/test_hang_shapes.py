@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import textwrap
 
-from probes.hang.pyspy import rank_argument
 from triage.core.hang.analyse import analyse
 from triage.core.hang.classify import classify
 from triage.core.hang.codec import merge, picture_json
@@ -115,20 +114,6 @@ def test_ranks_of_another_master_host_may_run_elsewhere() -> None:
     assert any("other nodes" in note for note in picture.notes)
 
 
-def test_a_spawned_rank_is_read_from_its_arguments() -> None:
-    def frame(name: str, file: str, **args: str) -> dict[str, object]:
-        return {
-            "name": name, "filename": file,
-            "locals": [{"name": k, "arg": True, "repr": v} for k, v in args.items()],
-        }  # fmt: skip
-
-    wrap = frame("_wrap", "/venv/lib/python3.11/site-packages/torch/multiprocessing/spawn.py", i="3")
-    user = frame("run", SCRIPT, rank="1", world_size="4")
-    assert rank_argument([user, wrap]) == 3
-    assert rank_argument([user, frame("run", STDLIB + "multiprocessing/process.py")]) == 1
-    assert rank_argument([frame("run", SCRIPT, rank="'zero'")]) is None
-
-
 AGENT = (
     Frame("next_rendezvous", LIB + "elastic/rendezvous/static_tcp_rendezvous.py", 67),
     Frame("_rendezvous", LIB + "elastic/agent/server/api.py", 528),
@@ -145,3 +130,17 @@ def test_a_launcher_with_no_worker_in_its_rendezvous_is_a_node_that_never_joined
     assert (state.kind, state.collective, state.user_frame) == ("init", "rendezvous", None)
     idle = RankSample(pid=7, host="n1", rank=None, frames=AGENT[2:], launcher="torchrun", role="agent")
     assert analyse([idle]).diagnoses == ()
+
+
+DATA = "/venv/lib/python3.11/site-packages/torch/utils/data/"
+
+
+def test_a_rank_waiting_on_its_loader_is_placed_at_its_stuck_workers_line() -> None:
+    rank = (Frame("_next_data", DATA + "dataloader.py", 1400), Frame("main", SCRIPT, 9))
+    forked = (Frame("_worker_loop", DATA + "_utils/worker.py", 374), Frame("main", SCRIPT, 9))
+    stuck = (Frame("__getitem__", SCRIPT, 4), Frame("fetch", DATA + "_utils/fetch.py", 54), *forked)
+    sample = _sample(1, *rank, worker_pid=77, worker_frames=stuck[:2])
+    state = classify(sample)
+    assert (state.kind, state.user_frame) == ("data", stuck[0])
+    assert "DataLoader worker PID 77" in state.describe()
+    assert classify(_sample(1, *rank)).user_frame == rank[1]

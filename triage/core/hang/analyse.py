@@ -345,10 +345,10 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
         diagnoses, suspects, verdict = _mismatch(tuple(waiting))
     else:
         only = waiting[0].state
-        seen = (
+        who = (
             "every rank seen" if only.rank is not None else f"{only.launcher or 'a process'} (PID {only.pid})"
         )
-        lines = (f"{seen} {only.describe()}",)
+        lines = (f"{who} {only.describe()}",)
         if only.collective == "rendezvous":
             verdict = (
                 f"{only.launcher or 'the launcher'} waits in its rendezvous and has started no worker: "

@@ -81,7 +81,7 @@ class RankState:
             via = f" ({self.via})" if self.via else ""
             return f"waiting in {self.collective}(){via}{where}"
         return {
-            "data": f"loading data{where}",
+            "data": f"loading data{f' in its {self.detail}' if self.detail else ''}{where}",
             "saving": f"writing a checkpoint ({self.detail}){where}",
             "debugger": f"stopped in a debugger (a breakpoint() or set_trace() left in){where}",
             "stdin": f"waiting for input on its stdin{where}",
@@ -196,7 +196,13 @@ def classify(sample: RankSample) -> RankState:
                 base, kind="collective", collective="all_reduce", via="DDP gradient sync in backward()"
             )
     if any("torch/utils/data/" in f.file for f in frames):
-        return replace(base, kind="data")
+        worker = user_frame(sample.worker_frames)
+        if worker is None:
+            return replace(base, kind="data")
+        # the line that hangs is the worker's (the dataset's __getitem__), not `for batch in loader:`
+        context = sample.contexts.get(worker.where())
+        detail = f"DataLoader worker PID {sample.worker_pid}"
+        return replace(base, kind="data", user_frame=worker, context=context, detail=detail)
     saving = next((_SAVERS[m] for f in frames for m in _SAVERS if m in f.file), None)
     if saving is not None:
         return replace(base, kind="saving", detail=saving)

@@ -54,3 +54,5 @@ class RankSample:
     launcher: str = ""  # what started the rank: torchrun, mp.spawn, ... ("" when nothing did)
     master_addr: str = ""  # MASTER_ADDR in its environment
     role: str = "rank"  # "agent": a launcher read because no rank process runs yet
+    worker_pid: int = 0  # the DataLoader worker the rank waits on, stuck in the user's code
+    worker_frames: tuple[Frame, ...] = ()  # that worker's own frames, innermost first
