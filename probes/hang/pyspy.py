@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
 
+from probes.subproc import run_command
 from triage.core.hang.classify import is_library
 from triage.core.hang.stacks import Frame
 
@@ -116,13 +116,13 @@ def dump(pid: int, timeout_s: float, nonblocking: bool = True, rank_of: bool = F
         command.append("--nonblocking")
     if rank_of:
         command.append("--locals")
-    try:
-        done = subprocess.run(
-            command, capture_output=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired:
-        raise StackUnreadable(f"py-spy did not answer within {timeout_s:g} s for process {pid}") from None
-    err = done.stderr.decode(errors="replace")
+    # Tracked like every child of triage: ended with it, whatever signal ends triage.
+    done = run_command(command, timeout_s=timeout_s)
+    if done.error:
+        raise StackUnreadable(f"py-spy could not start: {done.error}")
+    if done.timed_out:
+        raise StackUnreadable(f"py-spy did not answer within {timeout_s:g} s for process {pid}")
+    err = done.stderr
     if done.returncode != 0:
         if "ermission" in err or "not permitted" in err or "os error 1)" in err or "os error 13" in err:
             raise StackUnreadable(permission_hint(pid))
