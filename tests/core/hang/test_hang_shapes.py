@@ -61,6 +61,16 @@ def test_a_rank_at_a_pdb_prompt_is_p8_and_the_suspect() -> None:
     assert picture.suspect_ranks == (0,)
 
 
+def test_a_script_run_under_a_debugger_is_not_stopped_in_it() -> None:
+    """`python -m pdb train.py`, or an IDE's debugger: its frames sit below the script's."""
+    under = (
+        *_in("all_reduce", 10),
+        Frame("run", STDLIB + "bdb.py", 600),
+        Frame("_runscript", STDLIB + "pdb.py", 1),
+    )
+    assert classify(_sample(0, *under)).kind == "collective"
+
+
 def test_every_rank_at_a_prompt_is_still_a_diagnosis() -> None:
     reading = (Frame("main", SCRIPT, 13),)  # input() is built in: no frame of its own
     picture = analyse([_sample(0, *reading), _sample(1, *PDB)])

@@ -117,7 +117,7 @@ _GPU_SYNCS = re.compile(r"\.(item|cpu|tolist|numpy)\(\s*\)|\bsynchronize\(")
 _READS_STDIN = re.compile(r"(?<![\w.])input\(|\bstdin\.read")
 # pdb (and what builds on bdb), or debugpy waiting for an IDE to attach.
 _DEBUGGER_FILES = ("/bdb.py", "/pdb.py")
-_DEBUGGER_DIRS = ("/pudb/", "/debugpy/")
+_DEBUGGER_DIRS = ("/pudb/", "/debugpy/", "/pydevd", "/_pydevd_bundle/")
 _GPU_VIA = "a GPU sync point: with NCCL, a collective queued before it has not finished"
 
 
@@ -174,7 +174,10 @@ def classify(sample: RankSample) -> RankState:
         conditions=_conditions(sample),
         launcher=sample.launcher,
     )
-    if any(f.file.endswith(_DEBUGGER_FILES) or any(d in f.file for d in _DEBUGGER_DIRS) for f in frames):
+    # Only above the user's innermost frame: a script run under `python -m pdb` or an IDE's debugger
+    # has its frames at the bottom of every stack, and is stopped only when they are on top.
+    above = frames[: frames.index(mine)] if mine is not None else frames
+    if any(f.file.endswith(_DEBUGGER_FILES) or any(d in f.file for d in _DEBUGGER_DIRS) for f in above):
         return replace(base, kind="debugger")
     code = base.context.code if base.context is not None else ""
     if frames and frames[0] is mine and not sample.active and _READS_STDIN.search(code):
