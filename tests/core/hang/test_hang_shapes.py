@@ -154,3 +154,23 @@ def test_a_rank_waiting_on_its_loader_is_placed_at_its_stuck_workers_line() -> N
     assert (state.kind, state.user_frame) == ("data", stuck[0])
     assert "DataLoader worker PID 77" in state.describe()
     assert classify(_sample(1, *rank)).user_frame == rank[1]
+
+
+NEW_GROUP = (
+    Frame("_new_process_group_helper", LIB + "distributed_c10d.py", 2169),
+    Frame("_new_group_with_tag", LIB + "distributed_c10d.py", 6056),
+    Frame("new_group", LIB + "distributed_c10d.py", 5863),
+    Frame("main", SCRIPT, 14),
+)
+
+
+def test_ranks_left_in_new_group_while_others_are_past_it_made_different_groups() -> None:
+    """new_group([0, 1]) called on ranks 0 and 1 only: the next group's members (1 and 2) wait in
+    new_group() for each other, rank 0 waits in the next collective."""
+    picture = analyse([_sample(0, *_in("barrier", 10)), *(_sample(r, *NEW_GROUP) for r in (1, 2))])
+    assert picture.ranks[1].collective == "new_group"
+    assert [d.entry for d in picture.diagnoses][:2] == ["D21", "D19"]
+    assert picture.suspect_ranks == (1, 2) and "new_group()" in picture.verdict
+    every = analyse([_sample(r, *NEW_GROUP) for r in (0, 1)])
+    assert every.diagnoses[0].entry == "D21" and every.suspect_ranks == ()
+    assert classify(_sample(0, *INIT)).collective == "init_process_group"

@@ -124,8 +124,29 @@ def _rank_branch(groups: tuple[Group, ...]) -> tuple[Group, tuple[str, int, str]
     return chosen[0] if chosen else None
 
 
+# new_group() names each group by how many groups the rank has made: one made on some ranks only
+# (under a rank test) shifts the count, and the next group's members look for each other in vain.
+_GROUPS_WHY = "the ranks have made different process groups (a new_group() called on some ranks only)"
+_GROUPS_DIVERGED = (
+    "in new_group(): every rank of the world must call new_group(), in the same order, even for a "
+    "group it is not in; a group created on some ranks only (under a rank test) makes the next one's "
+    "members wait for each other for ever"
+)
+
+
+def _wait_in_new_group(ranks: tuple[int | None, ...]) -> str:
+    return f"{_rank_label(ranks)} {'waits' if len(ranks) == 1 else 'wait'} {_GROUPS_DIVERGED}"
+
+
 def _mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...], str]:
     described = "; ".join(f"{_rank_label(g.ranks)} {g.state.describe()}" for g in groups)
+    evidence: tuple[str, ...]
+    forming = [g for g in groups if g.state.collective == "new_group"]
+    if forming:
+        ranks = tuple(r for g in forming for r in g.ranks)
+        lines = (_wait_in_new_group(ranks), described)
+        verdict = f"{_rank_label(ranks)} wait in new_group() while other ranks are past it: {_GROUPS_WHY}"
+        return [Diagnosis("D21", lines), Diagnosis("D19", lines)], _ints(ranks), verdict
     branch = _rank_branch(groups)
     if branch is not None:
         odd, (file, line, test) = branch
@@ -134,7 +155,7 @@ def _mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ..
             inside = f"inside `if {test}:` (line {line})"
         else:
             inside = f"reached through a call under `if {test}:` at {file}:{line}"
-        evidence: tuple[str, ...] = (
+        evidence = (
             f"{_rank_label(odd.ranks)} waits in {odd.state.collective}() at {where}, {inside}, "
             "a branch the other ranks do not take",
             described,
@@ -355,6 +376,10 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
                 "another node of the job never joined (not started, or it cannot reach this one)"
             )
             diagnoses = [Diagnosis("P1", lines), Diagnosis("D2", lines), Diagnosis("P3", lines)]
+        elif only.collective == "new_group":
+            verdict = f"every rank seen waits in new_group(): {_GROUPS_WHY}"
+            lines = (*lines, _wait_in_new_group(waiting[0].ranks))
+            diagnoses = [Diagnosis("D21", lines), Diagnosis("D19", lines)]
         elif only.kind == "init":
             verdict = "every rank waits while the process group forms: a partner never arrived"
             diagnoses = [Diagnosis("P1", lines), Diagnosis("D2", lines), Diagnosis("MN2", lines)]

@@ -38,6 +38,7 @@ COLLECTIVES = frozenset(
 INIT_CALLS = frozenset(
     {"init_process_group", "new_group", "_new_group_with_tag", "rendezvous", "_store_based_barrier"}
 )
+_NEW_GROUP = frozenset({"new_group", "_new_group_with_tag", "new_subgroups", "new_subgroups_by_enumeration"})
 # Where a rank that writes a checkpoint is, by file: outside any collective, a rank stuck here holds
 # the others up in theirs (a full disk, a hung network filesystem, a huge state dict).
 _SAVERS = {
@@ -183,11 +184,12 @@ def classify(sample: RankSample) -> RankState:
     if frames and frames[0] is mine and not sample.active and _READS_STDIN.search(code):
         return replace(base, kind="stdin")
     fsdp = any("/fsdp/" in f.file for f in frames)
+    forming = "new_group" if any(_short(f.function) in _NEW_GROUP for f in frames) else "init_process_group"
     for frame in frames:
         name = _short(frame.function)
         in_dist = "torch/distributed/" in frame.file
         if in_dist and name in INIT_CALLS:
-            return replace(base, kind="init", collective="init_process_group")
+            return replace(base, kind="init", collective=forming)
         if in_dist and "distributed_c10d" in frame.file and name in COLLECTIVES:
             return replace(base, kind="collective", collective=name, via="FSDP" if fsdp else "")
         if "/fsdp/" in frame.file and not sample.active:
