@@ -155,3 +155,5 @@ def test_a_reports_title_weighs_more_than_its_body(kb: KnowledgeBase) -> None:
     assert title["timeout"] > body["timeout"]
     assert body["timeout"] == alone["timeout"]  # one line has no title: it counts as written
     assert body["hour"] > title["hour"]  # ... and the other way round
+    pasted, _ = query_terms(index, "NCCL watchdog timeout " + "x " * 200 + "\nthe job ran on two nodes")
+    assert pasted["timeout"] == alone["timeout"]  # a first line that long is output, not a title

@@ -42,6 +42,7 @@ W_COVERAGE = 1.0
 W_PHRASE = 0.5
 W_SIGNATURE = 1.5
 TITLE_FACTOR = 2.0  # a report's first line (its title) weighs this much more than its body
+TITLE_CHARS = 200  # a longer first line is pasted output, not a title
 PRIOR_WEIGHT = 0.6  # query weight nobody explains: vague or short text cannot reach full coverage
 ECHO_FACTOR = 0.6
 TYPO_DISCOUNT = 0.8
@@ -233,10 +234,11 @@ def index_for(kb: KnowledgeBase) -> Index:
 
 def _lead_tokens(index: Index, text: str) -> tuple[list[str], list[float]]:
     """The query's terms, each with how much its line counts: a report of several lines leads with
-    its title, which says what the report is about in the poster's fewest words (TITLE_FACTOR);
-    the body's terms count once. The docs site's search box is one line, so search.js has no title."""
+    its title, which says what the report is about in the poster's fewest words (TITLE_FACTOR); the
+    body's terms count once. A first line longer than TITLE_CHARS is pasted output, not a title.
+    The docs site's search box holds one line, so search.js has no title to weigh."""
     head, newline, body = text.lstrip().partition("\n")
-    if not newline or not body.strip():
+    if not newline or not body.strip() or len(head) > TITLE_CHARS:
         tokens = index.normalizer.tokens(text)
         return tokens, [1.0] * len(tokens)
     title = index.normalizer.tokens(head)
