@@ -25,7 +25,8 @@ import re
 from dataclasses import dataclass, field
 
 from triage.core.logscan.rules import consequences, inferred, is_context, is_launcher, substantive, warning
-from triage.core.logscan.scanner import OWN_ERROR_KINDS, SIGTERM_EXIT, Event, Scan
+from triage.core.logscan.scanner import OWN_ERROR_KINDS, Event, Scan
+from triage.core.logscan.structure import SIGTERM_EXIT
 from triage.core.model import KnowledgeBase
 
 ECHO_FACTOR = 0.5
