@@ -73,9 +73,7 @@ def read_rank(
     if left <= 0:
         return replace(identity, error=f"not read: the {timeout_s * 2:g} s allowed for all ranks ran out")
     try:
-        dump, moving = sample(
-            proc.pid, min(timeout_s, left), rank_of=proc.rank is None and is_spawn_child(proc)
-        )
+        dump, moving = sample(proc.pid, min(timeout_s, left), rank_of=proc.rank is None and not proc.launcher)
     except StackUnreadable as exc:
         # A rank that ended (or is a zombie) while py-spy read it is gone, not unreadable.
         return replace(identity, error=str(exc), gone=read_proc(proc.pid) is None)

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 
 from triage.core import launchers
+from triage.core.hang.classify import RankState
 
 # triage's own processes that carry RANK: itself under a test, and the dist probe's mini-test ranks.
 OWN_PROCESS_VARS = ("TRIAGE_HANG_SELF", "TRIAGE_DIST_CHILD")
@@ -165,6 +166,18 @@ def spawned_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
     )
 
 
+def _named_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
+    """A process the user names that runs torch with no rank in its environment and no rank or
+    launcher below it: `init_process_group(rank=..., world_size=...)` called with arguments."""
+    return (
+        proc.is_python
+        and not proc.launcher
+        and not any(mark in proc.env for mark in OWN_PROCESS_VARS)
+        and not any(c.launcher for c in descendants(proc.pid, procs))
+        and _uses_torch(proc.pid)
+    )
+
+
 def _is_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
     if not proc.is_python or any(mark in proc.env for mark in OWN_PROCESS_VARS):
         return False
@@ -187,16 +200,17 @@ _LAUNCHER_VARS = (
     ("PMI_RANK", "mpirun"),
 )
 SPAWN = "torch.multiprocessing.spawn"
+NO_LAUNCHER = RankState.NO_LAUNCHER
 
 
 def launcher_label(proc: Proc, procs: dict[int, Proc]) -> str:
-    """What started rank `proc`: a launcher's name, mp.spawn's, or "" for a plain `python`."""
+    """What started rank `proc`: a launcher's name, mp.spawn's, or NO_LAUNCHER for a plain `python`."""
     found = launcher_of(proc, procs)
     if found is not None:
         return found.launcher or ""
     if is_spawn_child(proc):
         return SPAWN
-    return next((name for var, name in _LAUNCHER_VARS if var in proc.env), "")
+    return next((name for var, name in _LAUNCHER_VARS if var in proc.env), NO_LAUNCHER)
 
 
 def launcher_of(proc: Proc, procs: dict[int, Proc]) -> Proc | None:
@@ -238,11 +252,10 @@ def find_ranks(pids: list[int] | None = None, procs: dict[int, Proc] | None = No
                     f"process {pid} belongs to another user, so its environment and stack cannot be read: "
                     "run triage as the job's user (or as root)"
                 )
-            if _is_rank(proc, procs):
-                chosen[pid] = proc
-            for child in descendants(pid, procs):
-                if _is_rank(child, procs):
-                    chosen[child.pid] = child
+            found = [p for p in (proc, *descendants(pid, procs)) if _is_rank(p, procs)]
+            if not found and _named_rank(proc, procs):
+                found = [proc]
+            chosen.update((p.pid, p) for p in found)
         return sorted(chosen.values(), key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.pid))
     ranks = [p for p in procs.values() if _is_rank(p, procs)]
     return sorted(ranks, key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.pid))

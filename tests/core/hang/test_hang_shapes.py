@@ -106,7 +106,9 @@ INIT = (
 
 def test_ranks_never_started_by_hand_are_d1_and_named() -> None:
     """WORLD_SIZE=3, two plain `python` ranks meeting on loopback: rank 2 is missing here."""
-    samples = [_sample(r, *INIT, launcher="", world=3, local=None, master_addr="127.0.0.1") for r in (0, 1)]
+    samples = [
+        _sample(r, *INIT, launcher="none", world=3, local=None, master_addr="127.0.0.1") for r in (0, 1)
+    ]
     picture = analyse(samples)
     assert picture.diagnoses[0].entry == "D1"
     assert picture.suspect_ranks == (2,) and picture.missing_ranks == (2,)
@@ -118,10 +120,14 @@ def test_a_rank_missing_under_a_launcher_is_d20() -> None:
 
 
 def test_ranks_of_another_master_host_may_run_elsewhere() -> None:
-    samples = [_sample(r, *INIT, launcher="", world=3, local=None, master_addr="10.0.0.1") for r in (0, 1)]
+    samples = [
+        _sample(r, *INIT, launcher="none", world=3, local=None, master_addr="10.0.0.1") for r in (0, 1)
+    ]
     picture = analyse(samples)
     assert picture.missing_ranks == () and picture.suspect_ranks == ()
     assert any("other nodes" in note for note in picture.notes)
+    # started by hand, all waiting to form the group: a rank never started (D1) before connectivity
+    assert [d.entry for d in picture.diagnoses][:2] == ["D1", "P1"]
 
 
 AGENT = (

@@ -208,7 +208,7 @@ _PROMPTED = "waits at an interactive prompt (a debugger or input() left in)"
 def _never_launched(waiting: list[Group]) -> bool:
     """Every rank seen waits while the group forms and none was started by a launcher: a plain
     `python train.py` per rank, where a missing rank is one nobody started."""
-    return all(g.state.kind == "init" and not g.state.launcher for g in waiting)
+    return all(g.state.kind == "init" and g.state.launcher == RankState.NO_LAUNCHER for g in waiting)
 
 
 def _straggler(waiting: list[Group], others: list[Group]) -> tuple[list[Diagnosis], tuple[int, ...], str]:
@@ -380,6 +380,12 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
             verdict = f"every rank seen waits in new_group(): {_GROUPS_WHY}"
             lines = (*lines, _wait_in_new_group(waiting[0].ranks))
             diagnoses = [Diagnosis("D21", lines), Diagnosis("D19", lines)]
+        elif only.kind == "init" and _never_launched(waiting):
+            verdict = (
+                "every rank waits while the process group forms, and no launcher started them: a rank "
+                "the world size counts was never started (or cannot reach the master)"
+            )
+            diagnoses = [Diagnosis("D1", lines), Diagnosis("P1", lines), Diagnosis("D2", lines)]
         elif only.kind == "init":
             verdict = "every rank waits while the process group forms: a partner never arrived"
             diagnoses = [Diagnosis("P1", lines), Diagnosis("D2", lines), Diagnosis("MN2", lines)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from triage.core.hang.stacks import Frame, LineContext, RankSample
 
@@ -69,7 +70,9 @@ class RankState:
     # The rank tests (`if rank == 0:`) around every user frame of the stack, innermost first, as
     # (file, line of the `if`, test): a collective reached through a call made only on some ranks.
     conditions: tuple[tuple[str, int, str], ...] = ()
-    launcher: str = ""  # what started the rank (torchrun, mp.spawn, ...); "" when nothing did
+    launcher: str = ""  # what started the rank (torchrun, mp.spawn, ...), NO_LAUNCHER, or "" (unknown)
+
+    NO_LAUNCHER: ClassVar[str] = "none"  # a plain `python` per rank: nothing started the ranks
 
     def key(self) -> tuple[str, str, str]:
         """Ranks with equal keys are doing the same thing."""

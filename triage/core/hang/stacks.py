@@ -51,7 +51,7 @@ class RankSample:
     error: str = ""  # why the stack could not be read
     gone: bool = False  # the process exited while it was being read
     contexts: dict[str, LineContext] = field(default_factory=dict)  # "file:line" -> context
-    launcher: str = ""  # what started the rank: torchrun, mp.spawn, ... ("" when nothing did)
+    launcher: str = ""  # what started the rank: torchrun, mp.spawn, ..., "none" (plain python), "" unknown
     master_addr: str = ""  # MASTER_ADDR in its environment
     role: str = "rank"  # "agent": a launcher read because no rank process runs yet
     worker_pid: int = 0  # the DataLoader worker the rank waits on, stuck in the user's code
