@@ -180,3 +180,11 @@ def test_ranks_left_in_new_group_while_others_are_past_it_made_different_groups(
     every = analyse([_sample(r, *NEW_GROUP) for r in (0, 1)])
     assert every.diagnoses[0].entry == "D21" and every.suspect_ranks == ()
     assert classify(_sample(0, *INIT)).collective == "init_process_group"
+
+
+def test_every_rank_stuck_loading_data_says_so_though_no_collective_waits() -> None:
+    rank = (Frame("_next_data", DATA + "dataloader.py", 1400), Frame("main", SCRIPT, 9))
+    picture = analyse([_sample(0, *rank), _sample(1, *rank)])
+    assert picture.diagnoses == () and "every rank is loading data" in picture.verdict
+    mixed = analyse([_sample(0, *rank), _sample(1, Frame("main", SCRIPT, 9), active=True)])
+    assert "every rank" not in mixed.verdict

@@ -321,6 +321,25 @@ def with_ras(picture: HangPicture, lines: Sequence[str], suspects: tuple[int, ..
     )
 
 
+_STUCK = {
+    "data": "loading data",
+    "saving": "writing a checkpoint",
+    "waiting": "waiting outside any collective",
+}
+
+
+def _all_stuck(groups: tuple[Group, ...]) -> str:
+    """`; every rank is loading data (...)`, where every rank is stuck alike outside torch.distributed."""
+    kinds = {g.state.kind for g in groups}
+    if len(kinds) != 1 or not kinds <= _STUCK.keys():
+        return ""
+    first = groups[0]
+    return (
+        f"; every rank is {_STUCK[kinds.pop()]} ({_rank_label(first.ranks)} {first.state.describe()}): "
+        "a hang in the ranks' own work, not between them"
+    )
+
+
 def analyse_states(found: list[RankState], world: int | None, slots: int) -> HangPicture:
     """The picture from every rank's state: `slots` ranks of the `world` were visible."""
     states = sorted(found, key=lambda s: (s.rank is None, s.rank or 0, s.host, s.pid))
@@ -358,6 +377,7 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
             "the job's processes exited while triage read them: nothing is hung now"
             if states and all(s.kind == "exited" for s in states)
             else "no rank is waiting in a collective: this does not look like a distributed hang"
+            + _all_stuck(groups)
         )
         return HangPicture(tuple(states), groups, (), (), verdict, world, missing, tuple(notes))
     if others:
