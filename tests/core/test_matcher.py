@@ -144,3 +144,16 @@ def test_free_text_answer_picks_the_right_option(kb: KnowledgeBase) -> None:
 )
 def test_required_literal_is_a_safe_prefilter(pattern: str, literal: str | None) -> None:
     assert required_literal(pattern) == literal
+
+
+def test_a_reports_title_weighs_more_than_its_body(kb: KnowledgeBase) -> None:
+    """A report leads with its title: the same words count more there than further down."""
+    index = index_for(kb)
+    title, _ = query_terms(index, "NCCL watchdog timeout\nthe job ran on two nodes for an hour")
+    body, _ = query_terms(index, "the job ran on two nodes for an hour\nNCCL watchdog timeout")
+    alone, _ = query_terms(index, "NCCL watchdog timeout")
+    assert title["timeout"] > body["timeout"]
+    assert body["timeout"] == alone["timeout"]  # one line has no title: it counts as written
+    assert body["hour"] > title["hour"]  # ... and the other way round
+    pasted, _ = query_terms(index, "NCCL watchdog timeout " + "x " * 200 + "\nthe job ran on two nodes")
+    assert pasted["timeout"] == alone["timeout"]  # a first line that long is output, not a title

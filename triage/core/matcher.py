@@ -41,6 +41,8 @@ INDEX_FORMAT = 7  # the shape of the compiled index (triage.core.match_index wri
 W_COVERAGE = 1.0
 W_PHRASE = 0.5
 W_SIGNATURE = 1.5
+TITLE_FACTOR = 2.0  # a report's first line (its title) weighs this much more than its body
+TITLE_CHARS = 200  # a longer first line is pasted output, not a title
 PRIOR_WEIGHT = 0.6  # query weight nobody explains: vague or short text cannot reach full coverage
 ECHO_FACTOR = 0.6
 TYPO_DISCOUNT = 0.8
@@ -230,20 +232,37 @@ def index_for(kb: KnowledgeBase) -> Index:
     return cached
 
 
+def _lead_tokens(index: Index, text: str) -> tuple[list[str], list[float]]:
+    """The query's terms, each with how much its line counts: a report of several lines leads with
+    its title, which says what the report is about in the poster's fewest words (TITLE_FACTOR); the
+    body's terms count once. A first line longer than TITLE_CHARS is pasted output, not a title.
+    The docs site's search box holds one line, so search.js has no title to weigh."""
+    head, newline, body = text.lstrip().partition("\n")
+    if not newline or not body.strip() or len(head) > TITLE_CHARS:
+        tokens = index.normalizer.tokens(text)
+        return tokens, [1.0] * len(tokens)
+    title = index.normalizer.tokens(head)
+    rest = index.normalizer.tokens(body)
+    return [*title, *rest], [TITLE_FACTOR] * len(title) + [1.0] * len(rest)
+
+
 def query_terms(index: Index, text: str) -> tuple[dict[str, float], int]:
     """The query's terms the knowledge knows, with their weights, and how many words it did not.
 
-    Reports lead with what matters (a title, the error line): terms first seen past the first
-    LEAD_TERMS count for less, the further the less."""
+    Reports lead with what matters (a title, the error line): a title's terms count TITLE_FACTOR
+    times, and terms first seen past the first LEAD_TERMS count for less, the further the less."""
     terms: dict[str, float] = {}
     unknown = 0
-    tokens = index.normalizer.tokens(text)
+    tokens, factors = _lead_tokens(index, text)
     first: dict[str, int] = {}
+    boost: dict[str, float] = {}
     for position, term in enumerate(pairs(tokens)):
         at = position if position < len(tokens) else position - len(tokens)
         first.setdefault(term, at)
+        boost[term] = max(boost.get(term, 0.0), factors[at])
     for term, at in first.items():
         lead = 1.0 if at < LEAD_TERMS else (LEAD_TERMS / (at + 1)) ** LEAD_DECAY
+        lead *= boost[term]
         posting = index.posting(term)
         if posting is not None:
             terms[term] = max(terms.get(term, 0.0), posting[0] * lead)
