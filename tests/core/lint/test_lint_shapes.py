@@ -373,3 +373,46 @@ def test_a_snippet_pasted_without_its_imports_is_read_with_the_conventional_ones
     # A file that binds the name itself means something else by it.
     own = "def dist(x):\n    return x\n" + textwrap.dedent(snippet)
     assert "TRG021" not in codes(own, head="")
+
+
+def test_find_unused_parameters_with_the_reentrant_checkpoint_fails_the_backward() -> None:
+    body = """
+        from accelerate import Accelerator, DistributedDataParallelKwargs
+        from transformers import TrainingArguments
+        accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
+        model = None
+        model.gradient_checkpointing_enable()
+        model = accelerator.prepare(model)
+    """
+    found = codes(body)
+    assert "TRG007" in found and "TRG008" not in found  # the stronger finding only
+    fixed = body.replace(
+        "gradient_checkpointing_enable()",
+        "gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})",
+    )
+    assert "TRG007" not in codes(fixed) and "TRG008" in codes(fixed)
+    trainer = """
+        from transformers import Trainer, TrainingArguments
+        args = TrainingArguments(output_dir="o", gradient_checkpointing=True, ddp_find_unused_parameters=True)
+        Trainer(model=None, args=args).train()
+    """
+    assert "TRG007" in codes(trainer)
+    assert "TRG007" not in codes(
+        trainer.replace("ddp_find_unused_parameters=True", "ddp_find_unused_parameters=False")
+    )
+    manual = """
+        from torch.utils.checkpoint import checkpoint
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        def forward(layers, x):
+            for layer in layers:
+                x = checkpoint(layer, x)
+            return x
+        model = DDP(None, find_unused_parameters=True)
+    """
+    assert "TRG007" in codes(manual)
+    assert "TRG007" not in codes(
+        manual.replace("checkpoint(layer, x)", "checkpoint(layer, x, use_reentrant=False)")
+    )
+    assert "TRG007" not in codes(
+        manual.replace("find_unused_parameters=True", "find_unused_parameters=True, static_graph=True")
+    )
