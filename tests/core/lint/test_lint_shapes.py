@@ -416,3 +416,19 @@ def test_find_unused_parameters_with_the_reentrant_checkpoint_fails_the_backward
     assert "TRG007" not in codes(
         manual.replace("find_unused_parameters=True", "find_unused_parameters=True, static_graph=True")
     )
+
+
+def test_a_loader_accelerate_prepares_sets_its_own_epoch() -> None:
+    body = """
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader, DistributedSampler
+        accelerator = Accelerator()
+        ds = list(range(64))
+        loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+        loader = accelerator.prepare(loader)
+        for epoch in range(3):
+            for batch in loader:
+                pass
+    """
+    assert "TRG022" not in codes(body)
+    assert "TRG022" in codes(body.replace("        loader = accelerator.prepare(loader)\n", ""))

@@ -285,7 +285,9 @@ def _builder_for_another_module(ctx: Context, call: Call) -> bool:
     )
 
 
-_RUNNER_TAILS = frozenset({"fit", "run", "run_epoch", "train_loop"})
+# Runners that set the epoch of what they are handed: Ignite and mmcv `run`, Lightning `fit`,
+# Accelerate `prepare` and Fabric `setup_dataloaders` (their loaders call set_epoch as each epoch starts).
+_RUNNER_TAILS = frozenset({"fit", "run", "run_epoch", "train_loop", "prepare", "setup_dataloaders"})
 
 
 def _handed_away(ctx: Context, call: Call) -> bool:
