@@ -12,7 +12,11 @@ knowledge/confidence.yaml.
    its lead in words over every other entry (negative when its signature put it ahead of an entry
    the words prefer: with the lead in raw score instead, one signature that outweighed the rest of
    a report read as a wide margin, and train CV's right - 1.5 wrong was 227 against 237), the
-   strength of its matched error signature (0 when none matched),
+   strength of its matched error signature (0 when none matched; tried and not kept, each within
+   +-3 of that figure or below it: scaling a signature's strength, in the ranking or here, by how
+   much the rest of the report, with the matched text taken out, agrees with its entry, by the
+   length or the English or knowledge rarity of the matched text, by whether it stands in a line
+   of prose, and a title-agreement feature),
    log(1 + the number of the query's words the knowledge knows) and the share of its words the
    knowledge has never seen.
    People also write one line where others write a report (a thread's title is its first line):
