@@ -24,7 +24,9 @@ failing rank >= 90 %; abstain >= 95 %; the dev set (../shared/eval/) no worse th
 The test split is only ever printed as figures: --show-misses refuses it.
 The shipped index holds the train queries as labelled reports (knowledge/reports.yaml), so `ask`'s
 train figures are cross-validated (bench/crossval.py): each item is ranked by an index built
-without its own fold's reports. Test and the dev set are ranked by the shipped index.
+without its own fold's reports and without the symptom phrasings written from them (a symptom
+most of whose weight lies in one of the fold's reports). Test and the dev set are ranked by the
+shipped index.
 """
 
 from __future__ import annotations
@@ -260,7 +262,10 @@ def print_table(result: dict[str, object], splits: Sequence[str], dev: dict[str,
     if dev:
         print(f"(dev = {dev['path']})")
     if "train" in splits:
-        print("(train: ask's figures cross-validated, each fold ranked by an index without its reports)")
+        print(
+            "(train: ask's figures cross-validated, each fold ranked by an index without its reports"
+            " or the symptoms written from them)"
+        )
 
 
 def show_misses(outcomes: Sequence[Outcome]) -> None:

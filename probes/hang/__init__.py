@@ -15,15 +15,20 @@ from dataclasses import replace
 
 from probes.hang.discover import (
     LOCAL_WORLD_VARS,
+    SPAWN,
     WORLD_VARS,
     Proc,
     all_procs,
+    find_agents,
     find_ranks,
+    is_spawn_child,
+    launcher_label,
     launcher_of,
     read_proc,
 )
 from probes.hang.pyspy import StackUnreadable, missing_message, pyspy_binary, sample
 from probes.hang.sources import Sources
+from probes.hang.workers import stuck_worker, waits_on_loader
 from triage.core.hang.stacks import RankSample
 
 
@@ -33,10 +38,12 @@ class NoJob(Exception):
 
 def _job_key(proc: Proc) -> tuple[str, str, str]:
     env = proc.env
+    if proc.rank is None and is_spawn_child(proc):  # the ranks one mp.spawn started
+        return (SPAWN, str(proc.ppid), "")
     return (env.get("TORCHELASTIC_RUN_ID", ""), env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""))
 
 
-def _identity(proc: Proc, host: str) -> RankSample:
+def _identity(proc: Proc, host: str, launcher: str = "") -> RankSample:
     return RankSample(
         pid=proc.pid,
         host=host,
@@ -44,22 +51,46 @@ def _identity(proc: Proc, host: str) -> RankSample:
         local_rank=proc.local_rank,
         world_size=proc.first(WORLD_VARS),
         local_world_size=proc.first(LOCAL_WORLD_VARS),
+        launcher=launcher,
+        master_addr=proc.env.get("MASTER_ADDR", ""),
     )
 
 
-def read_rank(proc: Proc, host: str, timeout_s: float, deadline: float, sources: Sources) -> RankSample:
-    """One rank's sample: its stack read twice (or why not), by `deadline` (time.monotonic)."""
-    identity = _identity(proc, host)
+def read_rank(
+    proc: Proc,
+    host: str,
+    timeout_s: float,
+    deadline: float,
+    sources: Sources,
+    launcher: str = "",
+    children: tuple[int, ...] = (),
+) -> RankSample:
+    """One rank's sample: its stack read twice (or why not), by `deadline` (time.monotonic). A rank
+    whose environment does not say its rank (mp.spawn's) gets it from its stack's arguments; a rank
+    waiting on its DataLoader gets the stack of the worker (among `children`) that is stuck."""
+    identity = _identity(proc, host, launcher)
     left = deadline - time.monotonic()
     if left <= 0:
         return replace(identity, error=f"not read: the {timeout_s * 2:g} s allowed for all ranks ran out")
     try:
-        dump, moving = sample(proc.pid, min(timeout_s, left))
+        dump, moving = sample(proc.pid, min(timeout_s, left), rank_of=proc.rank is None and not proc.launcher)
     except StackUnreadable as exc:
         # A rank that ended (or is a zombie) while py-spy read it is gone, not unreadable.
         return replace(identity, error=str(exc), gone=read_proc(proc.pid) is None)
-    contexts = sources.contexts(dump.frames)
-    return replace(identity, frames=dump.frames, active=dump.active, moving=moving, contexts=contexts)
+    worker = stuck_worker(list(children), timeout_s, deadline) if waits_on_loader(dump.frames) else None
+    worker_pid, worker_frames = worker or (0, ())
+    contexts = sources.contexts((*dump.frames, *worker_frames))
+    rank = identity.rank if identity.rank is not None else dump.rank
+    return replace(
+        identity,
+        rank=rank,
+        frames=dump.frames,
+        active=dump.active,
+        moving=moving,
+        contexts=contexts,
+        worker_pid=worker_pid,
+        worker_frames=worker_frames,
+    )
 
 
 def collect(
@@ -75,6 +106,9 @@ def collect(
         ranks = find_ranks(pids, procs)
     except (LookupError, PermissionError) as exc:
         raise NoJob(str(exc)) from None
+    agents = find_agents(pids, procs) if not ranks else []
+    if agents:  # no worker yet: the launcher itself is what waits
+        ranks = agents
     if not ranks:
         if pids:
             raise NoJob(
@@ -101,12 +135,28 @@ def collect(
     launchers = {id(p): p for p in (launcher_of(r, procs) for r in ranks) if p is not None}
     for launcher in sorted(launchers.values(), key=lambda p: p.pid):
         notes.append(f"launched by {launcher.launcher} (PID {launcher.pid})")
+    spawners = sorted({r.ppid for r in ranks if r.rank is None and is_spawn_child(r)})
+    notes += [f"launched by {SPAWN} (PID {pid})" for pid in spawners if not launchers]
+    children = {r.pid: tuple(p.pid for p in procs.values() if p.ppid == r.pid and p.is_python) for r in ranks}
+    labels = {p.pid: p.launcher or "" if agents else launcher_label(p, procs) for p in ranks}
+    notes += [f"no rank process runs: read the launcher itself ({a.launcher}, PID {a.pid})" for a in agents]
     host = socket.gethostname()
     if pyspy_binary() is None:
-        return [replace(_identity(p, host), error=missing_message()) for p in ranks], notes, ranks
+        return (
+            [replace(_identity(p, host, labels[p.pid]), error=missing_message()) for p in ranks],
+            notes,
+            ranks,
+        )
     sources = Sources()
     deadline = time.monotonic() + 2 * timeout_s
     workers = min(len(ranks), 16, max(4, 2 * (os.cpu_count() or 1)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        samples = list(pool.map(lambda p: read_rank(p, host, timeout_s, deadline, sources), ranks))
+        samples = list(
+            pool.map(
+                lambda p: read_rank(p, host, timeout_s, deadline, sources, labels[p.pid], children[p.pid]),
+                ranks,
+            )
+        )
+    if agents:
+        samples = [replace(s, role="agent") for s in samples]
     return samples, notes, ranks

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 
 from triage.core import launchers
+from triage.core.hang.classify import RankState
 
 # triage's own processes that carry RANK: itself under a test, and the dist probe's mini-test ranks.
 OWN_PROCESS_VARS = ("TRIAGE_HANG_SELF", "TRIAGE_DIST_CHILD")
@@ -137,11 +138,51 @@ def all_procs() -> dict[int, Proc]:
     return procs
 
 
+def is_spawn_child(proc: Proc) -> bool:
+    """A process started by multiprocessing's spawn method (what torch.multiprocessing.spawn uses)."""
+    return "--multiprocessing-fork" in proc.argv and any("spawn_main" in a for a in proc.argv)
+
+
+def _uses_torch(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as handle:
+            return any(b"/libtorch" in line for line in handle)
+    except OSError:
+        return False
+
+
+def spawned_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
+    """A rank started by `torch.multiprocessing.spawn` (or a multiprocessing Process that runs
+    torch): its rank is an argument of its function, not a variable of its environment. The
+    children of such a rank (DataLoader workers) are not ranks."""
+    parent = procs.get(proc.ppid)
+    return (
+        is_spawn_child(proc)
+        and parent is not None
+        and parent.is_python
+        and not is_spawn_child(parent)
+        and parent.rank is None
+        and _uses_torch(proc.pid)
+    )
+
+
+def _named_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
+    """A process the user names that runs torch with no rank in its environment and no rank or
+    launcher below it: `init_process_group(rank=..., world_size=...)` called with arguments."""
+    return (
+        proc.is_python
+        and not proc.launcher
+        and not any(mark in proc.env for mark in OWN_PROCESS_VARS)
+        and not any(c.launcher for c in descendants(proc.pid, procs))
+        and _uses_torch(proc.pid)
+    )
+
+
 def _is_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
-    if not proc.is_python or (proc.rank is None and proc.local_rank is None):
+    if not proc.is_python or any(mark in proc.env for mark in OWN_PROCESS_VARS):
         return False
-    if any(mark in proc.env for mark in OWN_PROCESS_VARS):
-        return False
+    if proc.rank is None and proc.local_rank is None:
+        return spawned_rank(proc, procs)
     parent = procs.get(proc.ppid)
     return not (
         parent is not None
@@ -149,6 +190,27 @@ def _is_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
         and parent.rank == proc.rank
         and parent.local_rank == proc.local_rank
     )
+
+
+# Where no launcher process is seen (its node's agent, another container), the variables it set.
+_LAUNCHER_VARS = (
+    ("TORCHELASTIC_RUN_ID", "torchrun"),
+    ("SLURM_PROCID", "srun"),
+    ("OMPI_COMM_WORLD_RANK", "mpirun"),
+    ("PMI_RANK", "mpirun"),
+)
+SPAWN = "torch.multiprocessing.spawn"
+NO_LAUNCHER = RankState.NO_LAUNCHER
+
+
+def launcher_label(proc: Proc, procs: dict[int, Proc]) -> str:
+    """What started rank `proc`: a launcher's name, mp.spawn's, or NO_LAUNCHER for a plain `python`."""
+    found = launcher_of(proc, procs)
+    if found is not None:
+        return found.launcher or ""
+    if is_spawn_child(proc):
+        return SPAWN
+    return next((name for var, name in _LAUNCHER_VARS if var in proc.env), NO_LAUNCHER)
 
 
 def launcher_of(proc: Proc, procs: dict[int, Proc]) -> Proc | None:
@@ -190,11 +252,29 @@ def find_ranks(pids: list[int] | None = None, procs: dict[int, Proc] | None = No
                     f"process {pid} belongs to another user, so its environment and stack cannot be read: "
                     "run triage as the job's user (or as root)"
                 )
-            if _is_rank(proc, procs):
-                chosen[pid] = proc
-            for child in descendants(pid, procs):
-                if _is_rank(child, procs):
-                    chosen[child.pid] = child
+            found = [p for p in (proc, *descendants(pid, procs)) if _is_rank(p, procs)]
+            if not found and _named_rank(proc, procs):
+                found = [proc]
+            chosen.update((p.pid, p) for p in found)
         return sorted(chosen.values(), key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.pid))
     ranks = [p for p in procs.values() if _is_rank(p, procs)]
     return sorted(ranks, key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.pid))
+
+
+def find_agents(pids: list[int] | None, procs: dict[int, Proc]) -> list[Proc]:
+    """Launchers with no rank below them (torchrun's agent still in its rendezvous, waiting for the
+    other nodes before it starts any worker): those of the PIDs given, or all of this user's."""
+    chosen = [procs[p] for p in pids or [] if p in procs]
+    candidates = (
+        [c for p in chosen for c in (p, *descendants(p.pid, procs))] if pids else list(procs.values())
+    )
+    agents = {
+        p.pid: p
+        for p in candidates
+        if p.launcher and p.is_python and not any(mark in p.env for mark in OWN_PROCESS_VARS)
+    }
+    busy = {a for a in agents if any(_is_rank(c, procs) for c in descendants(a, procs))}
+    # one agent per chain: a python `torchrun` started by `accelerate launch` is the same launch
+    return sorted(
+        (a for pid, a in agents.items() if pid not in busy and a.ppid not in agents), key=lambda a: a.pid
+    )

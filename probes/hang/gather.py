@@ -24,7 +24,7 @@ from probes.hang.discover import Proc
 from probes.hang.flight_recorder import DumpUnreadable, files_in, files_of_job, read_records
 from probes.hang.ncclras import RasAbsent, address_of, is_local, read_twice
 from probes.hang.sources import Sources
-from triage.core.hang.analyse import HangPicture, analyse, with_ras
+from triage.core.hang.analyse import HangPicture, analyse, visible_slots, with_ras
 from triage.core.hang.recorded import RankRecord
 from triage.core.hang.stacks import RankSample
 
@@ -186,7 +186,7 @@ def live_picture(options: HangOptions) -> tuple[HangPicture, int]:
     if unreadable and found.records:
         notes.append(f"{unreadable[0].error}; those ranks are read from the job's Flight Recorder instead")
     picture = with_ras(analyse(samples, found.records), found.ras_lines, found.ras_suspects)
-    slots = sum(n or 0 for n in {s.host: s.local_world_size for s in samples}.values())
+    slots = visible_slots(samples, picture.world_size)
     if notes:
         picture = replace(picture, notes=(*notes, *picture.notes))
     return picture, slots

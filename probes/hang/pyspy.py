@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from probes.subproc import run_command
+from triage.core.hang.classify import is_library
 from triage.core.hang.stacks import Frame
 
 PTRACE_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
@@ -29,6 +30,7 @@ class Dump:
 
     frames: tuple[Frame, ...]
     active: bool
+    rank: int | None = None  # read from the stack's arguments, where asked (a spawned rank)
 
 
 OVERRIDE_VAR = "TRIAGE_PY_SPY"  # a py-spy to use instead of the one beside python or on PATH
@@ -77,21 +79,50 @@ def _main_thread(threads: list[dict[str, object]], pid: int) -> dict[str, object
     return threads[0] if threads else None
 
 
-def dump(pid: int, timeout_s: float, nonblocking: bool = True) -> Dump:
-    """The stack of `pid` by py-spy, bounded by `timeout_s`; raises StackUnreadable."""
+# The argument that holds a spawned rank's number: torch.multiprocessing.spawn's wrapper passes
+# the process index as `i`; a multiprocessing.Process target takes it as `rank` by convention.
+_SPAWN_WRAPPER = "torch/multiprocessing/spawn.py"
+_RANK_ARGUMENTS = ("rank", "global_rank", "world_rank")
+
+
+def _argument(frame: dict[str, object], names: tuple[str, ...]) -> int | None:
+    found = frame.get("locals")
+    for item in found if isinstance(found, list) else []:
+        if isinstance(item, dict) and item.get("arg") and item.get("name") in names:
+            text = str(item.get("repr", "")).strip()
+            if text.isdigit():
+                return int(text)
+    return None
+
+
+def rank_argument(frames: list[object]) -> int | None:
+    """The rank a spawned process was given, from its frames' arguments (outermost first)."""
+    found = [f for f in reversed(frames) if isinstance(f, dict)]
+    for frame in found:
+        if frame.get("name") == "_wrap" and str(frame.get("filename", "")).endswith(_SPAWN_WRAPPER):
+            return _argument(frame, ("i",))
+    mine = (_argument(f, _RANK_ARGUMENTS) for f in found if not is_library(str(f.get("filename", ""))))
+    return next((r for r in mine if r is not None), None)
+
+
+def dump(pid: int, timeout_s: float, nonblocking: bool = True, rank_of: bool = False) -> Dump:
+    """The stack of `pid` by py-spy, bounded by `timeout_s`; raises StackUnreadable. `rank_of`
+    also reads the arguments, for the rank a spawned process was given (nothing else is kept)."""
     binary = pyspy_binary()
     if binary is None:
         raise StackUnreadable(missing_message())
     command = [binary, "dump", "--json", "--pid", str(pid)]
     if nonblocking:
         command.append("--nonblocking")
-    try:
-        done = subprocess.run(
-            command, capture_output=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired:
-        raise StackUnreadable(f"py-spy did not answer within {timeout_s:g} s for process {pid}") from None
-    err = done.stderr.decode(errors="replace")
+    if rank_of:
+        command.append("--locals")
+    # Tracked like every child of triage: ended with it, whatever signal ends triage.
+    done = run_command(command, timeout_s=timeout_s)
+    if done.error:
+        raise StackUnreadable(f"py-spy could not start: {done.error}")
+    if done.timed_out:
+        raise StackUnreadable(f"py-spy did not answer within {timeout_s:g} s for process {pid}")
+    err = done.stderr
     if done.returncode != 0:
         if "ermission" in err or "not permitted" in err or "os error 1)" in err or "os error 13" in err:
             raise StackUnreadable(permission_hint(pid))
@@ -112,15 +143,18 @@ def dump(pid: int, timeout_s: float, nonblocking: bool = True) -> Dump:
         for f in (raw_frames if isinstance(raw_frames, list) else [])
         if isinstance(f, dict)
     )
-    return Dump(frames, bool(main.get("active")))
+    rank = rank_argument(raw_frames) if rank_of and isinstance(raw_frames, list) else None
+    return Dump(frames, bool(main.get("active")), rank)
 
 
-def sample(pid: int, timeout_s: float, gap_s: float = 0.3) -> tuple[Dump, bool]:
-    """Two reads `gap_s` apart: the later one, and whether the stack moved in between."""
-    first = dump(pid, timeout_s)
+def sample(pid: int, timeout_s: float, gap_s: float = 0.3, rank_of: bool = False) -> tuple[Dump, bool]:
+    """Two reads `gap_s` apart: the later one (with the rank the first read found, for `rank_of`),
+    and whether the stack moved in between."""
+    first = dump(pid, timeout_s, rank_of=rank_of)
     time.sleep(gap_s)
     try:
         second = dump(pid, timeout_s)
     except StackUnreadable:
         return first, False
-    return second, second.frames != first.frames or second.active
+    moved = second.frames != first.frames or second.active
+    return replace(second, rank=first.rank), moved

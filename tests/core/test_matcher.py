@@ -39,6 +39,35 @@ def test_pasted_error_line_wins_over_words(kb: KnowledgeBase) -> None:
     assert any("error text matches" in r for r in match.best.reasons)
 
 
+def test_a_signature_in_a_report_about_something_else_is_not_a_confident_answer(kb: KnowledgeBase) -> None:
+    """The same error line decides a report that is about it, and only leads, without confidence, one
+    that quotes it while its title and prose ask about something else (the words' lead is negative)."""
+    alone = rank(kb, "Fatal Python error: Segmentation fault")
+    quoted = rank(
+        kb,
+        "torchrun --tee: prefix every log line with the node name\n"
+        "With --tee 3 the log lines of all ranks are interleaved and I cannot tell which node wrote which."
+        " For example:\n[default3]:Fatal Python error: Segmentation fault\n"
+        "Please add the hostname to the prefix.",
+    )
+    assert alone.best is not None and quoted.best is not None
+    assert alone.best.entry.id == quoted.best.entry.id and alone.best.signature == quoted.best.signature > 0
+    assert alone.verdict == "match" and alone.best.lead > 0
+    assert quoted.best.lead < 0, [(h.entry.id, h.raw, h.lead) for h in quoted.hits]
+    assert quoted.verdict == "no_match", [(h.entry.id, h.score) for h in quoted.hits]
+
+
+def test_an_entry_ranked_below_the_best_leads_by_no_more_than_its_deficit(kb: KnowledgeBase) -> None:
+    """A signature puts an entry first although another has more words for it: the runner-up's lead
+    is its deficit to the best (negative), not its lead in words, which it won the ranking without."""
+    match = rank(kb, "Segmentation fault when using the dev container to train a model in docker", top=5)
+    best = match.best
+    assert best is not None and best.signature > 0
+    assert best.lead < 0 < max(h.words for h in match.hits[1:]) - best.words  # the words prefer another
+    for hit in match.hits[1:]:
+        assert hit.lead <= hit.raw - best.raw + 1e-9, (hit.entry.id, hit.lead, hit.raw, best.raw)
+
+
 def test_out_of_scope_problem_gets_an_honest_leaf(kb: KnowledgeBase) -> None:
     match = rank(kb, "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.")
     assert match.verdict == "out_of_scope"
@@ -144,3 +173,16 @@ def test_free_text_answer_picks_the_right_option(kb: KnowledgeBase) -> None:
 )
 def test_required_literal_is_a_safe_prefilter(pattern: str, literal: str | None) -> None:
     assert required_literal(pattern) == literal
+
+
+def test_a_reports_title_weighs_more_than_its_body(kb: KnowledgeBase) -> None:
+    """A report leads with its title: the same words count more there than further down."""
+    index = index_for(kb)
+    title, _ = query_terms(index, "NCCL watchdog timeout\nthe job ran on two nodes for an hour")
+    body, _ = query_terms(index, "the job ran on two nodes for an hour\nNCCL watchdog timeout")
+    alone, _ = query_terms(index, "NCCL watchdog timeout")
+    assert title["timeout"] > body["timeout"]
+    assert body["timeout"] == alone["timeout"]  # one line has no title: it counts as written
+    assert body["hour"] > title["hour"]  # ... and the other way round
+    pasted, _ = query_terms(index, "NCCL watchdog timeout " + "x " * 200 + "\nthe job ran on two nodes")
+    assert pasted["timeout"] == alone["timeout"]  # a first line that long is output, not a title

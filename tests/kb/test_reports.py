@@ -105,3 +105,33 @@ def test_a_cross_validation_fold_is_ranked_by_an_index_without_its_own_reports(k
         assert terms not in indexed or _is_also_a_symptom(kb, terms), item.origin
     with pytest.raises(AssertionError):
         crossval.reports_of(kb, [i for kind in corpus.load_all().values() for i in kind if i.split == "test"])
+
+
+def test_a_fold_leaves_out_the_symptoms_written_from_its_own_items(kb: KnowledgeBase) -> None:
+    """bench/crossval.py: a symptom phrasing copied or paraphrased from a train report is that
+    report again; the fold that holds the report out ranks it without the phrasing, and keeps the
+    phrasings no item of the fold wrote, and a bare error name that many reports quote."""
+    corpus, crossval = _corpus(), _bench("crossval")
+    item = corpus.Item(
+        kind="queries",
+        text="Horovod hangs forever at end of epoch: the data loaders of the workers yield different numbers of batches",
+        expect=("D9",),
+        alternates=(),
+        source="https://example.org/thread/1",
+        first_rank=None,
+        is_log=False,
+        origin="test",
+    )
+    other = item.__class__(**{**item.__dict__, "expect": ("D3",)})  # same words, another entry's label
+    symptoms = kb.entries["D9"].symptoms
+    copied = [s for s in symptoms if s.startswith("Horovod freezes when the data loaders")]
+    assert copied, "D9 lost the symptom this test reads"
+    leaked = crossval.written_from(kb, [item])
+    assert set(copied) <= leaked["D9"]
+    assert "hangs at end of epoch" in symptoms
+    assert "hangs at end of epoch" not in leaked["D9"]  # all in the item, but too short to be a paraphrase
+    assert len(leaked["D9"]) < len(symptoms) / 2
+    assert "D9" not in crossval.written_from(kb, [other])
+    fold_kb = crossval.without_symptoms(kb, leaked)
+    assert [s for s in fold_kb.entries["D9"].symptoms if s in copied] == []
+    assert fold_kb.entries["D3"].symptoms == kb.entries["D3"].symptoms

@@ -10,9 +10,13 @@ Three signals per entry, from the compiled index (triage.core.match_index):
 - phrasing: the weighted overlap (Dice, symmetric) between the query and the closest symptom
   phrasing, so a short symptom inside a long query is not a perfect match.
 They add up to a raw score. Whether to answer is a confidence model fitted on the corpus's train
-split (bench/fit_confidence.py): the probability that the best entry is right, from its raw score,
-its lead over the runner-up, whether a signature matched, how many of the query's words the
-knowledge knows and what share it has never seen. Under the model's threshold the answer
+split (bench/fit_confidence.py): the probability that the best entry is right, from its evidence
+from words, its lead in words over every other entry, the strength of its matched signature, how
+many of the query's words the knowledge knows and what share it has never seen. A signature can put
+an entry first although the report's words point to another (a segfault line quoted in a feature
+request about logging, "Connection reset by peer" in an ssh question): its lead in words is then
+negative, and the confidence says so, where a lead in raw score would read the signature as a
+wide margin. Under the model's threshold the answer
 is "no entry matches this well". When the two best entries are close, the decision graph's question
 that separates them comes with the answer.
 """
@@ -41,6 +45,8 @@ INDEX_FORMAT = 7  # the shape of the compiled index (triage.core.match_index wri
 W_COVERAGE = 1.0
 W_PHRASE = 0.5
 W_SIGNATURE = 1.5
+TITLE_FACTOR = 2.0  # a report's first line (its title) weighs this much more than its body
+TITLE_CHARS = 200  # a longer first line is pasted output, not a title
 PRIOR_WEIGHT = 0.6  # query weight nobody explains: vague or short text cannot reach full coverage
 ECHO_FACTOR = 0.6
 TYPO_DISCOUNT = 0.8
@@ -53,8 +59,9 @@ FOREIGN_NOTE = 0.3
 
 class Confidence(NamedTuple):
     """A logistic model of "the best entry is right" (fitted on train by bench/fit_confidence.py):
-    from the entry's word evidence (coverage and phrasing), its lead over the runner-up (raw
-    scores), the strength of its matched error signature (0 when none matched), how many of the
+    from the entry's word evidence (coverage and phrasing), its lead in word evidence over every
+    other entry (negative when a signature put it ahead of what the words say), the strength of its
+    matched error signature (0 when none matched), how many of the
     query's words the knowledge knows (log(1 + n): a long real report says more than three words
     that happen to be ours) and the share of its words the knowledge has never seen (users' own
     reports are compiled in, so a text mostly about other things is likely about another domain).
@@ -62,16 +69,16 @@ class Confidence(NamedTuple):
 
     bias: float = -3.0
     score: float = 4.0
-    gap: float = 3.0
-    signature: float = 5.0
+    lead: float = 3.0
+    signature: float = 2.0
     known: float = 0.0
     unknown: float = 0.0
     threshold: float = 0.5
 
     def probability(
-        self, score: float, gap: float, signature: float, known: int = 0, unknown: int = 0
+        self, score: float, lead: float, signature: float, known: int = 0, unknown: int = 0
     ) -> float:
-        z = self.bias + self.score * score + self.gap * gap + self.signature * signature
+        z = self.bias + self.score * score + self.lead * lead + self.signature * signature
         z += self.known * math.log1p(known) + self.unknown * unknown / max(known + unknown, 1)
         return 1 / (1 + math.exp(-max(-40.0, min(40.0, z))))
 
@@ -84,6 +91,7 @@ class Hit(NamedTuple):
     reasons: tuple[str, ...] = ()
     raw: float = 0.0  # the unrounded evidence the ranking uses
     signature: float = 0.0  # the strength of the entry's matched error signatures (0 = none)
+    lead: float = 0.0  # its word evidence less the most any other entry has (the confidence's `lead`)
 
     @property
     def words(self) -> float:
@@ -230,20 +238,37 @@ def index_for(kb: KnowledgeBase) -> Index:
     return cached
 
 
+def _lead_tokens(index: Index, text: str) -> tuple[list[str], list[float]]:
+    """The query's terms, each with how much its line counts: a report of several lines leads with
+    its title, which says what the report is about in the poster's fewest words (TITLE_FACTOR); the
+    body's terms count once. A first line longer than TITLE_CHARS is pasted output, not a title.
+    The docs site's search box holds one line, so search.js has no title to weigh."""
+    head, newline, body = text.lstrip().partition("\n")
+    if not newline or not body.strip() or len(head) > TITLE_CHARS:
+        tokens = index.normalizer.tokens(text)
+        return tokens, [1.0] * len(tokens)
+    title = index.normalizer.tokens(head)
+    rest = index.normalizer.tokens(body)
+    return [*title, *rest], [TITLE_FACTOR] * len(title) + [1.0] * len(rest)
+
+
 def query_terms(index: Index, text: str) -> tuple[dict[str, float], int]:
     """The query's terms the knowledge knows, with their weights, and how many words it did not.
 
-    Reports lead with what matters (a title, the error line): terms first seen past the first
-    LEAD_TERMS count for less, the further the less."""
+    Reports lead with what matters (a title, the error line): a title's terms count TITLE_FACTOR
+    times, and terms first seen past the first LEAD_TERMS count for less, the further the less."""
     terms: dict[str, float] = {}
     unknown = 0
-    tokens = index.normalizer.tokens(text)
+    tokens, factors = _lead_tokens(index, text)
     first: dict[str, int] = {}
+    boost: dict[str, float] = {}
     for position, term in enumerate(pairs(tokens)):
         at = position if position < len(tokens) else position - len(tokens)
         first.setdefault(term, at)
+        boost[term] = max(boost.get(term, 0.0), factors[at])
     for term, at in first.items():
         lead = 1.0 if at < LEAD_TERMS else (LEAD_TERMS / (at + 1)) ** LEAD_DECAY
+        lead *= boost[term]
         posting = index.posting(term)
         if posting is not None:
             terms[term] = max(terms.get(term, 0.0), posting[0] * lead)
@@ -326,16 +351,20 @@ def rank(kb: KnowledgeBase, text: str, top: int = 5) -> Match:
     conf = index.confidence
     best_raw = scored[0][0] if scored else 0.0
     second_raw = scored[1][0] if len(scored) > 1 else 0.0
+    by_words = [*sorted((raw - W_SIGNATURE * sig for raw, sig, *_ in scored), reverse=True)[:2], 0.0, 0.0]
     hits = []
     probability = 0.0
     for i, (raw, sig, entry_id, reasons, position) in enumerate(scored[: max(top, 1)]):
-        gap = raw - (second_raw if i == 0 else best_raw)
-        p = conf.probability(raw - W_SIGNATURE * sig, gap, sig, known, unknown)
+        words = raw - W_SIGNATURE * sig
+        lead = words - (by_words[1] if words >= by_words[0] else by_words[0])  # over every other entry
+        if i > 0:  # ... and an entry ranked below the best is behind it, whatever its words say
+            lead = min(lead, raw - best_raw)
+        p = conf.probability(words, lead, sig, known, unknown)
         probability = p if i == 0 else probability
         if names[position]:
             heaviest = [t for _, t in sorted(names[position], reverse=True)[:5]]
             reasons.append(f"words that point here: {', '.join(heaviest)}")
-        hits.append(Hit(kb.entries[entry_id], round(p, 3), tuple(reasons), raw, sig))
+        hits.append(Hit(kb.entries[entry_id], round(p, 3), tuple(reasons), raw, sig, lead))
     if foreign_share(text) >= FOREIGN_NOTE and hits:
         note = "much of this text is in a language the knowledge is not written in: only its English words were matched"
         hits[0] = hits[0]._replace(reasons=(*hits[0].reasons, note))

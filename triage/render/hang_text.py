@@ -20,19 +20,25 @@ def _ranks(ranks: tuple[int | None, ...]) -> str:
     return ",".join(str(r) for r in known)
 
 
+def _label(ranks: tuple[int | None, ...], pid: int) -> str:
+    """`rank 0-3`, or the process's PID where no rank is known (a launcher with no worker yet)."""
+    return f"PID {pid}" if all(r is None for r in ranks) and pid else f"rank {_ranks(ranks)}"
+
+
 def hang_lines(kb: KnowledgeBase, picture: HangPicture, style: Style, *, full: bool = False) -> list[str]:
     """A hang picture as terminal lines."""
     lines = [style.paint(f"Verdict: {picture.verdict}", BOLD), ""]
-    width = max((len(_ranks(g.ranks)) for g in picture.groups), default=1)
+    labels = [_label(g.ranks, g.state.pid) for g in picture.groups]
+    width = max((len(label) for label in labels), default=1)
     suspects = set(picture.suspect_ranks)
     lines.append(style.paint("Ranks:", BOLD))
-    for group in picture.groups:
+    for group, label in zip(picture.groups, labels, strict=True):
         odd = any(r in suspects for r in group.ranks)
         mark = "!" if odd else " "
-        text = f" {mark} rank {_ranks(group.ranks):<{width}}  {group.state.describe()}"
+        text = f" {mark} {label:<{width}}  {group.state.describe()}"
         context = group.state.context
         if context and context.code:
-            text += f"\n   {' ' * (width + 5)}  {context.code}"
+            text += f"\n   {' ' * width}  {context.code}"
         lines.append(style.paint(text, YELLOW) if odd else text)
     if picture.suspect_ranks:
         lines += ["", f"Suspect ranks: {', '.join(str(r) for r in picture.suspect_ranks)}"]

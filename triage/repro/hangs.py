@@ -35,10 +35,29 @@ class HangScenario:
     suspects: tuple[int, ...]
     nproc: int = 2
     gone: bool = False  # the suspects have exited: no process, no line, the others wait for them
+    launcher: str = "torch.distributed.run"  # one of LAUNCHERS, "python" (one per rank) or "script"
+    world: int = 0  # the WORLD_SIZE the ranks are given, where it is not nproc (ranks never started)
+    busy: bool = False  # the suspects keep computing: only the others go quiet
+    idle_ticks: int = 0  # CPU ticks a frozen rank still uses between reads (init retrying to connect)
+    nnodes: int = 1  # nodes the launcher expects; only this one is started (no worker starts at all)
+    env: tuple[tuple[str, str], ...] = ()  # variables the script reads (its knobs)
 
     @property
     def path(self) -> str:
         return str(HERE / self.script)
+
+    @property
+    def running(self) -> int:
+        """How many rank processes the hung job has."""
+        if self.nnodes > 1:
+            return 0
+        return self.nproc - (len(self.suspects) if self.gone and not self.world else 0)
+
+    @property
+    def marks_waiting(self) -> bool:
+        """Whether the script marks the line the other ranks wait at."""
+        with open(self.path, encoding="utf-8") as handle:
+            return WAIT_MARKER in handle.read()
 
     def suspect_line(self) -> int:
         """The line the suspect ranks stop at, marked in the script."""
@@ -65,6 +84,14 @@ HANGS: tuple[HangScenario, ...] = (
     ),
     HangScenario(
         "MN3", "rank 1 stuck reading a sample while rank 0 waits", "hang_dataloader.py", "MN3", (1,)
+    ),
+    HangScenario(
+        "MN3-worker",
+        "rank 1's DataLoader worker is stuck reading a sample (num_workers=2) while rank 0 waits",
+        "hang_dataloader.py",
+        "MN3",
+        (1,),
+        env=(("HANG_LOADER_WORKERS", "2"),),
     ),
     HangScenario(
         "D19", "rank 2 issues its collectives in another order", "hang_order.py", "D19", (2,), nproc=3
@@ -98,17 +125,86 @@ HANGS: tuple[HangScenario, ...] = (
         (1,),
         gone=True,
     ),
+    HangScenario(
+        "P8-pdb",
+        "a pdb.set_trace() left in halts rank 0 at a prompt nobody answers; rank 1 waits in all_reduce",
+        "hang_breakpoint.py",
+        "P8",
+        (0,),
+    ),
+    HangScenario(
+        "D21-call",
+        "rank 0 waits in the barrier inside save_checkpoint, which only rank 0 calls",
+        "hang_save_barrier.py",
+        "D21",
+        (0,),
+    ),
+    HangScenario(
+        "MN3-busy",
+        "rank 1 computes a quadratic metric in pure Python while rank 0 waits in all_reduce",
+        "hang_busy_rank.py",
+        "MN3",
+        (1,),
+        busy=True,
+    ),
+    HangScenario(
+        "D1-world",
+        "one `python` per rank with WORLD_SIZE=3, two started: both wait in init_process_group",
+        "hang_world_size.py",
+        "D1",
+        (2,),
+        gone=True,
+        launcher="python",
+        world=3,
+        idle_ticks=6,
+    ),
+    HangScenario(
+        "D21-spawn",
+        "D21 under torch.multiprocessing.spawn: no rank has RANK in its environment",
+        "hang_spawn.py",
+        "D21",
+        (0,),
+        launcher="script",
+    ),
+    HangScenario(
+        "P1-node",
+        "torchrun told of 2 nodes, only node 0 started: its agent waits in the rendezvous, no worker runs",
+        "hang_missing_node.py",
+        "P1",
+        (),
+        nnodes=2,
+        idle_ticks=6,
+    ),
 )
 # How each launcher starts a job of N local ranks on a loopback port: the command before the script.
 LAUNCHERS = ("torch.distributed.run", "torchrun", "accelerate", "deepspeed")
 
 
-def launch_command(launcher: str, nproc: int, port: int) -> list[str]:
-    """The launcher's command line for `nproc` ranks on this machine (the script follows it)."""
+# A launch script written by hand: one `python` per rank with the rank's variables exported, in the
+# background, then `wait` (the interpreter is $0 and the training script $1 of the shell's command).
+_BY_HAND = (
+    "for r in $(seq 0 {last}); do RANK=$r LOCAL_RANK=$r WORLD_SIZE={world} MASTER_ADDR=127.0.0.1 "
+    'MASTER_PORT={port} "$0" "$@" & done; wait'
+)
+
+
+def launch_command(launcher: str, nproc: int, port: int, world: int = 0, nnodes: int = 1) -> list[str]:
+    """The launcher's command line for `nproc` ranks on this machine (the script follows it):
+    one of LAUNCHERS; "python", one process per rank started by a shell with the rank's variables
+    (WORLD_SIZE `world`, or `nproc`); "script", the script starts its ranks itself (mp.spawn).
+    torchrun is told of `nnodes` nodes, this one node 0."""
+    if launcher == "python":
+        loop = _BY_HAND.format(last=nproc - 1, world=world or nproc, port=port)
+        return ["sh", "-c", loop, sys.executable]
+    if launcher == "script":
+        return [sys.executable]
     if launcher == "torch.distributed.run":
-        return [sys.executable, "-m", "torch.distributed.run", *_torchrun_args(nproc, port)]
+        return [sys.executable, "-m", "torch.distributed.run", *_torchrun_args(nproc, port, nnodes)]
     if launcher == "torchrun":
-        return [os.path.join(os.path.dirname(sys.executable), "torchrun"), *_torchrun_args(nproc, port)]
+        return [
+            os.path.join(os.path.dirname(sys.executable), "torchrun"),
+            *_torchrun_args(nproc, port, nnodes),
+        ]
     if launcher == "accelerate":
         return [
             sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", f"--num_processes={nproc}",
@@ -123,8 +219,9 @@ def launch_command(launcher: str, nproc: int, port: int) -> list[str]:
     raise ValueError(f"unknown launcher {launcher!r}")
 
 
-def _torchrun_args(nproc: int, port: int) -> list[str]:
-    return ["--nnodes=1", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={port}"]
+def _torchrun_args(nproc: int, port: int, nnodes: int = 1) -> list[str]:
+    nodes = [f"--nnodes={nnodes}", *(["--node-rank=0"] if nnodes > 1 else [])]
+    return [*nodes, f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={port}"]
 
 
 @dataclass
@@ -136,22 +233,41 @@ class HungJob:
     port: int
 
 
-def _rank_cpu(token: str) -> dict[int, int]:
-    """CPU ticks used so far by each rank process of the job: those with LOCAL_RANK set whose parent
-    is not a rank too (a debug server or DataLoader worker is a rank's child)."""
+def _rank_cpu(token: str, skip: tuple[int, ...] = ()) -> dict[int, int]:
+    """CPU ticks used so far by each rank process of the job, but for the ranks in `skip`: those
+    with LOCAL_RANK set, or started by mp.spawn, whose parent is not a rank too (a debug server
+    or DataLoader worker is a rank's child)."""
     used, parents = {}, {}
     for pid in processes_with_token(token):
         try:
             with open(f"/proc/{pid}/environ", "rb") as handle:
-                if b"\0LOCAL_RANK=" not in b"\0" + handle.read():
-                    continue
+                environ = b"\0" + handle.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                spawned = b"--multiprocessing-fork" in handle.read()
             with open(f"/proc/{pid}/stat", "rb") as handle:
                 fields = handle.read().rsplit(b")", 1)[-1].split()
             used[pid] = int(fields[11]) + int(fields[12])
             parents[pid] = int(fields[1])
         except (OSError, IndexError, ValueError):
             continue
+        if not (spawned or b"\0LOCAL_RANK=" in environ) or any(
+            f"\0RANK={r}\0".encode() in environ for r in skip
+        ):
+            del used[pid]
     return {pid: ticks for pid, ticks in used.items() if parents[pid] not in used}
+
+
+def _cpu(pids: list[int]) -> dict[int, int]:
+    """CPU ticks used so far by each of `pids` that still runs."""
+    used = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[-1].split()
+            used[pid] = int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return used
 
 
 def _quiet(before: dict[int, int], now: dict[int, int], slack: int) -> bool:
@@ -178,12 +294,24 @@ def hung_job(
     job_env.update(
         {TOKEN_VAR: token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore"}
     )
+    job_env.update(scenario.env)
     job_env.update(env or {})
     script = [str(WITH_RECORDERS), scenario.path] if recorders else [scenario.path]
-    command = [*launch_command(launcher, scenario.nproc, port), *script]
-    alive = scenario.nproc - (len(scenario.suspects) if scenario.gone else 0)
+    if launcher == LAUNCHERS[0] and scenario.launcher != LAUNCHERS[0]:
+        launcher = scenario.launcher
+    if launcher == "script":
+        job_env["HANG_MASTER_PORT"] = str(port)
+    command = [*launch_command(launcher, scenario.nproc, port, scenario.world, scenario.nnodes), *script]
+    skip = scenario.suspects if scenario.busy else ()
+    alive = scenario.running - len(skip)
+    # stdin: a pipe nobody writes to, as a terminal nobody types in (a rank that reads it waits).
     proc = subprocess.Popen(
-        command, env=job_env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command,
+        env=job_env,
+        start_new_session=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + start_timeout_s
@@ -194,15 +322,17 @@ def hung_job(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{scenario.script}: no hang within {start_timeout_s:g} s")
             time.sleep(quiet_s)
-            now = _rank_cpu(token)
+            now = _rank_cpu(token, skip) if scenario.running else _cpu(processes_with_token(token))
             if (len(now) == alive if scenario.gone else len(now) >= alive) and _quiet(
-                before, now, 3 if recorders else 0
+                before, now, max(scenario.idle_ticks, 3 if recorders else 0)
             ):
                 break
             before = now
         yield HungJob(proc.pid, token, port)
     finally:
         end_processes(token)
+        if proc.stdin is not None:
+            proc.stdin.close()
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

@@ -41,6 +41,8 @@ TRUE_WARNINGS = {
     ("diffusers__examples__text_to_image__train_text_to_image.py", "TRG036"),
     ("diffusers__examples__unconditional_image_generation__train_unconditional.py", "TRG036"),
     ("nanogpt__train.py", "TRG051"),
+    ("lightning_bolts__swav__swav_module.py", "TRG023"),
+    ("styletts2__train_finetune_accelerate.py", "TRG023"),
 }
 
 

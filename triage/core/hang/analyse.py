@@ -101,16 +101,63 @@ def _skipped(ahead: RankState, waiting: RankState) -> tuple[int, str] | None:
     return next(((line, kind) for line, kind in a.jumps if low < line < high), None)
 
 
+def _rank_tests(state: RankState) -> tuple[tuple[str, int, str], ...]:
+    """The rank tests around `state`'s stack, innermost first (only its own line's, from old JSON)."""
+    if state.conditions:
+        return state.conditions
+    test = _context(state).rank_condition
+    return ((state.user_frame.file, *test),) if test and state.user_frame else ()
+
+
+def _rank_branch(groups: tuple[Group, ...]) -> tuple[Group, tuple[str, int, str]] | None:
+    """A group whose stack sits in a branch taken on some ranks only: under a rank test (around its
+    own line, or around a call further up: `if rank == 0: save_checkpoint()` with the barrier
+    inside) that the other groups' stacks are not under. A test around every stack singles no
+    rank out."""
+    shared = set.intersection(*(set(_rank_tests(g.state)) for g in groups))
+    found = [(g, [t for t in _rank_tests(g.state) if t not in shared]) for g in groups]
+    own_line = [
+        (g, tests[0]) for g, tests in found if tests and _context(g.state).rank_condition == tests[0][1:]
+    ]
+    further_up = [(g, tests[0]) for g, tests in found if tests]
+    chosen = own_line or further_up
+    return chosen[0] if chosen else None
+
+
+# new_group() names each group by how many groups the rank has made: one made on some ranks only
+# (under a rank test) shifts the count, and the next group's members look for each other in vain.
+_GROUPS_WHY = "the ranks have made different process groups (a new_group() called on some ranks only)"
+_GROUPS_DIVERGED = (
+    "in new_group(): every rank of the world must call new_group(), in the same order, even for a "
+    "group it is not in; a group created on some ranks only (under a rank test) makes the next one's "
+    "members wait for each other for ever"
+)
+
+
+def _wait_in_new_group(ranks: tuple[int | None, ...]) -> str:
+    return f"{_rank_label(ranks)} {'waits' if len(ranks) == 1 else 'wait'} {_GROUPS_DIVERGED}"
+
+
 def _mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...], str]:
     described = "; ".join(f"{_rank_label(g.ranks)} {g.state.describe()}" for g in groups)
-    conditional = [g for g in groups if _context(g.state).rank_condition]
-    if conditional:
-        odd = conditional[0]
-        line, test = _context(odd.state).rank_condition or (0, "")
+    evidence: tuple[str, ...]
+    forming = [g for g in groups if g.state.collective == "new_group"]
+    if forming:
+        ranks = tuple(r for g in forming for r in g.ranks)
+        lines = (_wait_in_new_group(ranks), described)
+        verdict = f"{_rank_label(ranks)} wait in new_group() while other ranks are past it: {_GROUPS_WHY}"
+        return [Diagnosis("D21", lines), Diagnosis("D19", lines)], _ints(ranks), verdict
+    branch = _rank_branch(groups)
+    if branch is not None:
+        odd, (file, line, test) = branch
         where = odd.state.user_frame.where() if odd.state.user_frame else ""
-        evidence: tuple[str, ...] = (
-            f"{_rank_label(odd.ranks)} waits in {odd.state.collective}() at {where}, inside `if {test}:` "
-            f"(line {line}), a branch the other ranks do not take",
+        if _context(odd.state).rank_condition == (line, test):
+            inside = f"inside `if {test}:` (line {line})"
+        else:
+            inside = f"reached through a call under `if {test}:` at {file}:{line}"
+        evidence = (
+            f"{_rank_label(odd.ranks)} waits in {odd.state.collective}() at {where}, {inside}, "
+            "a branch the other ranks do not take",
             described,
         )
         verdict = f"{_rank_label(odd.ranks)} is in a collective that only some ranks reach (`if {test}:`)"
@@ -153,17 +200,39 @@ def _mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ..
     return [Diagnosis("D19", (described,)), Diagnosis("D21", (described,))], odd_ranks, verdict
 
 
+# States of a rank held at an interactive prompt: under a launcher nobody answers it.
+PROMPTS = frozenset({"debugger", "stdin"})
+_PROMPTED = "waits at an interactive prompt (a debugger or input() left in)"
+
+
+def _never_launched(waiting: list[Group]) -> bool:
+    """Every rank seen waits while the group forms and none was started by a launcher: a plain
+    `python train.py` per rank, where a missing rank is one nobody started."""
+    return all(g.state.kind == "init" and g.state.launcher == RankState.NO_LAUNCHER for g in waiting)
+
+
 def _straggler(waiting: list[Group], others: list[Group]) -> tuple[list[Diagnosis], tuple[int, ...], str]:
     odd = [r for g in others for r in g.ranks]
     label = _rank_label(tuple(odd))
     lines = tuple(f"{_rank_label(g.ranks)} {g.state.describe()}" for g in [*others, *waiting])
     kinds = {g.state.kind for g in others}
     if kinds == {"exited"}:
+        if _never_launched(waiting):
+            verdict = (
+                f"{label} never joined: the others wait for it while the process group forms, and no "
+                "launcher started this job (its WORLD_SIZE counts ranks that were never started)"
+            )
+            return [Diagnosis("D1", lines), Diagnosis("D20", lines)], _ints(tuple(odd)), verdict
         verdict = f"{label} is gone while the others wait for it"
         return [Diagnosis("D20", lines), Diagnosis("MN3", lines)], _ints(tuple(odd)), verdict
+    if kinds <= PROMPTS:
+        verdict = f"{label} {_PROMPTED} while the others wait in a collective"
+        return [Diagnosis("P8", lines), Diagnosis("MN3", lines)], _ints(tuple(odd)), verdict
     doing = {
         "data": "is stuck loading data",
         "saving": "is stuck writing a checkpoint",
+        "debugger": "is stopped in a debugger",
+        "stdin": "waits for input on its stdin",
         "waiting": "is stuck outside any collective",
         "computing": "is still computing",
         "outside": "has no collective in flight",
@@ -176,6 +245,19 @@ def _straggler(waiting: list[Group], others: list[Group]) -> tuple[list[Diagnosi
         _ints(tuple(odd)),
         verdict,
     )
+
+
+def _loopback(address: str) -> bool:
+    return address.startswith("127.") or address in ("localhost", "::1", "ip6-localhost")
+
+
+def visible_slots(samples: Sequence[RankSample], world: int | None) -> int:
+    """How many ranks of the world run on the nodes seen. Ranks of other nodes are not missing,
+    only out of sight; ranks that meet on this machine's loopback address all run on it."""
+    slots = sum(n or 0 for n in {s.host: s.local_world_size for s in samples}.values())
+    if samples and world and all(_loopback(s.master_addr) for s in samples):
+        slots = max(slots, world)
+    return slots
 
 
 def analyse(samples: list[RankSample], records: Sequence[RankRecord] = ()) -> HangPicture:
@@ -198,9 +280,7 @@ def analyse(samples: list[RankSample], records: Sequence[RankRecord] = ()) -> Ha
     seen = {s.rank for s in samples}
     states += [state_from_record(r) for r in records if r.rank not in seen]
     world = max([0] + [s.world_size or 0 for s in samples] + [r.world_size or 0 for r in records]) or None
-    # Ranks of other nodes are not missing, only out of sight: count the slots of the nodes seen.
-    slots = sum(n or 0 for n in {s.host: s.local_world_size for s in samples}.values())
-    picture = analyse_states(states, world, slots)
+    picture = analyse_states(states, world, visible_slots(samples, world))
     return with_records(picture, read, records)
 
 
@@ -241,6 +321,25 @@ def with_ras(picture: HangPicture, lines: Sequence[str], suspects: tuple[int, ..
     )
 
 
+_STUCK = {
+    "data": "loading data",
+    "saving": "writing a checkpoint",
+    "waiting": "waiting outside any collective",
+}
+
+
+def _all_stuck(groups: tuple[Group, ...]) -> str:
+    """`; every rank is loading data (...)`, where every rank is stuck alike outside torch.distributed."""
+    kinds = {g.state.kind for g in groups}
+    if len(kinds) != 1 or not kinds <= _STUCK.keys():
+        return ""
+    first = groups[0]
+    return (
+        f"; every rank is {_STUCK[kinds.pop()]} ({_rank_label(first.ranks)} {first.state.describe()}): "
+        "a hang in the ranks' own work, not between them"
+    )
+
+
 def analyse_states(found: list[RankState], world: int | None, slots: int) -> HangPicture:
     """The picture from every rank's state: `slots` ranks of the `world` were visible."""
     states = sorted(found, key=lambda s: (s.rank is None, s.rank or 0, s.host, s.pid))
@@ -258,11 +357,27 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
     groups = _group(states)
     waiting = [g for g in groups if g.state.kind in ("collective", "init")]
     others = [g for g in groups if g.state.kind not in ("collective", "init")]
+    prompted = [g for g in groups if g.state.kind in PROMPTS]
+    if not waiting and prompted:
+        ranks = tuple(r for g in prompted for r in g.ranks)
+        lines = tuple(f"{_rank_label(g.ranks)} {g.state.describe()}" for g in groups)
+        verdict = f"{_rank_label(ranks)} {_PROMPTED}"
+        return HangPicture(
+            tuple(states),
+            groups,
+            _ints(ranks),
+            (Diagnosis("P8", lines), Diagnosis("P7", lines)),
+            verdict,
+            world,
+            missing,
+            tuple(notes),
+        )
     if not waiting:
         verdict = (
             "the job's processes exited while triage read them: nothing is hung now"
             if states and all(s.kind == "exited" for s in states)
             else "no rank is waiting in a collective: this does not look like a distributed hang"
+            + _all_stuck(groups)
         )
         return HangPicture(tuple(states), groups, (), (), verdict, world, missing, tuple(notes))
     if others:
@@ -271,8 +386,27 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
         diagnoses, suspects, verdict = _mismatch(tuple(waiting))
     else:
         only = waiting[0].state
-        lines = (f"every rank seen {only.describe()}",)
-        if only.kind == "init":
+        who = (
+            "every rank seen" if only.rank is not None else f"{only.launcher or 'a process'} (PID {only.pid})"
+        )
+        lines = (f"{who} {only.describe()}",)
+        if only.collective == "rendezvous":
+            verdict = (
+                f"{only.launcher or 'the launcher'} waits in its rendezvous and has started no worker: "
+                "another node of the job never joined (not started, or it cannot reach this one)"
+            )
+            diagnoses = [Diagnosis("P1", lines), Diagnosis("D2", lines), Diagnosis("P3", lines)]
+        elif only.collective == "new_group":
+            verdict = f"every rank seen waits in new_group(): {_GROUPS_WHY}"
+            lines = (*lines, _wait_in_new_group(waiting[0].ranks))
+            diagnoses = [Diagnosis("D21", lines), Diagnosis("D19", lines)]
+        elif only.kind == "init" and _never_launched(waiting):
+            verdict = (
+                "every rank waits while the process group forms, and no launcher started them: a rank "
+                "the world size counts was never started (or cannot reach the master)"
+            )
+            diagnoses = [Diagnosis("D1", lines), Diagnosis("P1", lines), Diagnosis("D2", lines)]
+        elif only.kind == "init":
             verdict = "every rank waits while the process group forms: a partner never arrived"
             diagnoses = [Diagnosis("P1", lines), Diagnosis("D2", lines), Diagnosis("MN2", lines)]
         else:

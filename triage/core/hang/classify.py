@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from triage.core.hang.stacks import Frame, LineContext, RankSample
 
@@ -38,6 +39,7 @@ COLLECTIVES = frozenset(
 INIT_CALLS = frozenset(
     {"init_process_group", "new_group", "_new_group_with_tag", "rendezvous", "_store_based_barrier"}
 )
+_NEW_GROUP = frozenset({"new_group", "_new_group_with_tag", "new_subgroups", "new_subgroups_by_enumeration"})
 # Where a rank that writes a checkpoint is, by file: outside any collective, a rank stuck here holds
 # the others up in theirs (a full disk, a hung network filesystem, a huge state dict).
 _SAVERS = {
@@ -51,9 +53,10 @@ _LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "<frozen", "/lib/python3
 
 @dataclass(frozen=True)
 class RankState:
-    """A rank's state: `kind` is collective | init | data | saving | waiting | computing | outside |
-    exited | unknown (`outside`: outside any collective, known only from its Flight Recorder;
-    `saving`: writing a checkpoint)."""
+    """A rank's state: `kind` is collective | init | data | saving | debugger | stdin | waiting |
+    computing | outside | exited | unknown (`outside`: outside any collective, known only from its
+    Flight Recorder; `saving`: writing a checkpoint; `debugger`: at a pdb prompt; `stdin`: reading
+    its standard input)."""
 
     rank: int | None
     pid: int
@@ -64,6 +67,12 @@ class RankState:
     user_frame: Frame | None = None
     context: LineContext | None = None
     detail: str = ""
+    # The rank tests (`if rank == 0:`) around every user frame of the stack, innermost first, as
+    # (file, line of the `if`, test): a collective reached through a call made only on some ranks.
+    conditions: tuple[tuple[str, int, str], ...] = ()
+    launcher: str = ""  # what started the rank (torchrun, mp.spawn, ...), NO_LAUNCHER, or "" (unknown)
+
+    NO_LAUNCHER: ClassVar[str] = "none"  # a plain `python` per rank: nothing started the ranks
 
     def key(self) -> tuple[str, str, str]:
         """Ranks with equal keys are doing the same thing."""
@@ -76,8 +85,10 @@ class RankState:
             via = f" ({self.via})" if self.via else ""
             return f"waiting in {self.collective}(){via}{where}"
         return {
-            "data": f"loading data{where}",
+            "data": f"loading data{f' in its {self.detail}' if self.detail else ''}{where}",
             "saving": f"writing a checkpoint ({self.detail}){where}",
+            "debugger": f"stopped in a debugger (a breakpoint() or set_trace() left in){where}",
+            "stdin": f"waiting for input on its stdin{where}",
             "waiting": f"waiting outside any collective (sleep, I/O or a lock){where}",
             "computing": f"computing outside any collective{where}",
             "outside": f"in no collective by its Flight Recorder ({self.detail})",
@@ -106,6 +117,11 @@ def _short(function: str) -> str:
 # synchronize() are the other way to wait there.
 _WAITS = re.compile(r"\.wait\(\s*\)")
 _GPU_SYNCS = re.compile(r"\.(item|cpu|tolist|numpy)\(\s*\)|\bsynchronize\(")
+# A rank that reads its terminal: under a launcher nobody types there, so it waits for ever.
+_READS_STDIN = re.compile(r"(?<![\w.])input\(|\bstdin\.read")
+# pdb (and what builds on bdb), or debugpy waiting for an IDE to attach.
+_DEBUGGER_FILES = ("/bdb.py", "/pdb.py")
+_DEBUGGER_DIRS = ("/pudb/", "/debugpy/", "/pydevd", "/_pydevd_bundle/")
 _GPU_VIA = "a GPU sync point: with NCCL, a collective queued before it has not finished"
 
 
@@ -124,20 +140,59 @@ def _pending(frames: tuple[Frame, ...], context: LineContext | None) -> tuple[st
     return None
 
 
+def _conditions(sample: RankSample) -> tuple[tuple[str, int, str], ...]:
+    found = []
+    for frame in sample.frames:
+        context = sample.contexts.get(frame.where()) if not is_library(frame.file) else None
+        if context is not None:
+            found += [(frame.file, *test) for test in context.rank_conditions]
+    return tuple(found)
+
+
+# torch.distributed.elastic's agent (torchrun, accelerate launch): workers start after the rendezvous.
+_RENDEZVOUS = ("torch/distributed/elastic/rendezvous/", "torch/distributed/elastic/agent/")
+
+
+def _agent(base: RankState, sample: RankSample) -> RankState:
+    """A launcher read because it has no worker: waiting in its rendezvous, or doing something else."""
+    launcher = sample.launcher or "the launcher"
+    if any(m in f.file and "rendezvous" in f.function for f in sample.frames for m in _RENDEZVOUS):
+        via = f"{launcher}'s agent: no worker starts until every node has joined"
+        return replace(base, kind="init", collective="rendezvous", via=via, launcher=sample.launcher)
+    return replace(base, kind="computing" if sample.active else "waiting", launcher=sample.launcher)
+
+
 def classify(sample: RankSample) -> RankState:
     """Name what `sample`'s main thread is doing, and the user frame that led there."""
     base = RankState(sample.rank, sample.pid, sample.host, kind="unknown")
     if sample.error:
         return replace(base, kind="exited" if sample.gone else "unknown", detail=sample.error)
     frames = sample.frames
+    if sample.role == "agent":
+        return _agent(base, sample)
     mine = user_frame(frames)
-    base = replace(base, user_frame=mine, context=sample.contexts.get(mine.where()) if mine else None)
+    base = replace(
+        base,
+        user_frame=mine,
+        context=sample.contexts.get(mine.where()) if mine else None,
+        conditions=_conditions(sample),
+        launcher=sample.launcher,
+    )
+    # Only above the user's innermost frame: a script run under `python -m pdb` or an IDE's debugger
+    # has its frames at the bottom of every stack, and is stopped only when they are on top.
+    above = frames[: frames.index(mine)] if mine is not None else frames
+    if any(f.file.endswith(_DEBUGGER_FILES) or any(d in f.file for d in _DEBUGGER_DIRS) for f in above):
+        return replace(base, kind="debugger")
+    code = base.context.code if base.context is not None else ""
+    if frames and frames[0] is mine and not sample.active and _READS_STDIN.search(code):
+        return replace(base, kind="stdin")
     fsdp = any("/fsdp/" in f.file for f in frames)
+    forming = "new_group" if any(_short(f.function) in _NEW_GROUP for f in frames) else "init_process_group"
     for frame in frames:
         name = _short(frame.function)
         in_dist = "torch/distributed/" in frame.file
         if in_dist and name in INIT_CALLS:
-            return replace(base, kind="init", collective="init_process_group")
+            return replace(base, kind="init", collective=forming)
         if in_dist and "distributed_c10d" in frame.file and name in COLLECTIVES:
             return replace(base, kind="collective", collective=name, via="FSDP" if fsdp else "")
         if "/fsdp/" in frame.file and not sample.active:
@@ -149,7 +204,13 @@ def classify(sample: RankSample) -> RankState:
                 base, kind="collective", collective="all_reduce", via="DDP gradient sync in backward()"
             )
     if any("torch/utils/data/" in f.file for f in frames):
-        return replace(base, kind="data")
+        worker = user_frame(sample.worker_frames)
+        if worker is None:
+            return replace(base, kind="data")
+        # the line that hangs is the worker's (the dataset's __getitem__), not `for batch in loader:`
+        context = sample.contexts.get(worker.where())
+        detail = f"DataLoader worker PID {sample.worker_pid}"
+        return replace(base, kind="data", user_frame=worker, context=context, detail=detail)
     saving = next((_SAVERS[m] for f in frames for m in _SAVERS if m in f.file), None)
     if saving is not None:
         return replace(base, kind="saving", detail=saving)

@@ -39,6 +39,8 @@ def state_json(state: RankState) -> dict[str, Any]:
         "user_frame": _frame(state.user_frame, state.context),
         "detail": state.detail or None,
         "doing": state.describe(),
+        "rank_conditions": [list(c) for c in state.conditions],
+        "launcher": state.launcher or None,
     }
 
 
@@ -99,6 +101,12 @@ def _state_from(data: dict[str, Any]) -> RankState:
         user_frame=frame,
         context=context,
         detail=str(data.get("detail") or ""),
+        conditions=tuple(
+            (str(c[0]), int(c[1]), str(c[2]))
+            for c in data.get("rank_conditions") or []
+            if isinstance(c, list) and len(c) == 3 and isinstance(c[1], int)
+        ),
+        launcher=str(data.get("launcher") or ""),
     )
 
 

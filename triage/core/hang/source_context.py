@@ -81,15 +81,14 @@ def line_context(source: str, line: int) -> LineContext:
     code = lines[line - 1].strip() if 0 < line <= len(lines) else ""
     chain = _chain(tree, line)
     function = next((n.name for n in reversed(chain) if isinstance(n, _FUNCTIONS)), "<module>")
-    condition = None
+    conditions = []
     for node in reversed(chain):
         if isinstance(node, _FUNCTIONS):
             break
         if isinstance(node, ast.If) and _in_body(node, line):
             test = ast.get_source_segment(source, node.test) or ""
             if RANK_TEST.search(test):
-                condition = (node.lineno, test)
-                break
+                conditions.append((node.lineno, test))
     loop_node = next((n for n in reversed(chain) if isinstance(n, _LOOPS)), None)
     # A loop outside the current function does not count: the frame's own loop decides.
     if loop_node is not None:
@@ -99,7 +98,8 @@ def line_context(source: str, line: int) -> LineContext:
     return LineContext(
         function=function,
         code=code,
-        rank_condition=condition,
+        rank_condition=conditions[0] if conditions else None,
+        rank_conditions=tuple(conditions),
         loop=_span(loop_node) if loop_node is not None else None,
         jumps=_jumps(loop_node) if loop_node is not None else (),
     )

@@ -30,6 +30,7 @@ class LineContext:
     function: str = ""
     code: str = ""
     rank_condition: tuple[int, str] | None = None
+    rank_conditions: tuple[tuple[int, str], ...] = ()  # every enclosing rank test, innermost first
     loop: tuple[int, int] | None = None
     jumps: tuple[tuple[int, str], ...] = ()
 
@@ -50,3 +51,8 @@ class RankSample:
     error: str = ""  # why the stack could not be read
     gone: bool = False  # the process exited while it was being read
     contexts: dict[str, LineContext] = field(default_factory=dict)  # "file:line" -> context
+    launcher: str = ""  # what started the rank: torchrun, mp.spawn, ..., "none" (plain python), "" unknown
+    master_addr: str = ""  # MASTER_ADDR in its environment
+    role: str = "rank"  # "agent": a launcher read because no rank process runs yet
+    worker_pid: int = 0  # the DataLoader worker the rank waits on, stuck in the user's code
+    worker_frames: tuple[Frame, ...] = ()  # that worker's own frames, innermost first

@@ -144,3 +144,36 @@ def kwarg_true(call: Call, name: str) -> bool:
     """Whether a call passes `name=True`."""
     value = call.kwarg(name)
     return isinstance(value, ast.Constant) and value.value is True
+
+
+def value_before(script: Script, target: ast.AST, at: ast.AST) -> ast.expr | None:
+    """The value `target` (a name, or `self.model`) was last assigned before the statement holding
+    `at`, found by walking back through the statements before it, out of the `if`/`with`/`try`
+    blocks around it, in its own function; None when anything on the way mentions the name (it
+    may move or replace it), a loop is left, or the function starts first."""
+    text = dotted(target)
+    if not text:
+        return None
+    root = text.split(".", 1)[0]
+    stmt = script.statement_of(at)
+    while stmt is not None:
+        parent = script.parents.get(stmt)
+        block = next(
+            (b for f in ("body", "orelse", "finalbody") if stmt in (b := getattr(parent, f, None) or [])),
+            None,
+        )
+        if parent is None or block is None or isinstance(parent, ast.For | ast.While | ast.AsyncFor):
+            return None
+        for earlier in reversed(block[: block.index(stmt)]):
+            if isinstance(earlier, ast.Assign) and [dotted(t) for t in earlier.targets] == [text]:
+                return earlier.value
+            if any(isinstance(n, ast.Name) and n.id == root for n in ast.walk(earlier)):
+                return None
+        if not isinstance(parent, ast.If | ast.With | ast.Try):
+            return None
+        heads: list[ast.AST] = [parent.test] if isinstance(parent, ast.If) else []
+        heads += [item.context_expr for item in getattr(parent, "items", [])]
+        if any(isinstance(n, ast.Name) and n.id == root for head in heads for n in ast.walk(head)):
+            return None
+        stmt = parent
+    return None

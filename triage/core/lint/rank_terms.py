@@ -59,7 +59,14 @@ MAIN_NAMES = frozenset(
     }
 )
 MAIN_DECORATORS = frozenset(
-    {"rank_zero_only", "main_process_only", "on_main_process", "on_local_main_process"}
+    {
+        "rank_zero_only",
+        "main_process_only",
+        "on_main_process",
+        "on_local_main_process",
+        "master_only",  # BasicSR, mmcv
+        "rank0_only",
+    }
 )
 
 

@@ -51,6 +51,8 @@ class RankModel:
             self._collect_functions()
             self._collect_params()
         self.gates = RankGates(script, self)
+        if self._collect_flags():
+            self.gates = RankGates(script, self)
 
     # -- rank values -----------------------------------------------------------------------
 
@@ -75,6 +77,8 @@ class RankModel:
                 return RANK_CALLS[tail]
             if tail in ("rank", "local_rank") and callee.startswith("horovod"):
                 return "global" if tail == "rank" else "local"
+            if tail == "rank" and isinstance(expr.func, ast.Attribute) and not expr.args:
+                return "global"  # a process group's rank: `self.data_parallel_group.rank()`
             local = script.local_function(expr)
             if local is not None and local.name in self.rank_functions:
                 return self.rank_functions[local.name]
@@ -169,6 +173,11 @@ class RankModel:
             return "zero" if callee.rsplit(".", 1)[-1] in MAIN_NAMES else None
         if isinstance(test, ast.NamedExpr):
             return self.side(test.value, scope)
+        if isinstance(test, ast.IfExp):  # `dist.get_rank() == 0 if dist.is_initialized() else True`
+            arms = {
+                self.side(arm, scope) for arm in (test.body, test.orelse) if not isinstance(arm, ast.Constant)
+            }
+            return arms.pop() if len(arms) == 1 else None
         return None
 
     def negatable(self, test: ast.AST, scope: Scope) -> bool:
@@ -195,6 +204,8 @@ class RankModel:
             if not self._is_rankish(right, scope):
                 return None
             left, right, op = right, left, flip(op)
+        if isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Name | ast.Attribute | ast.Call):
+            return "other"  # `dist.get_rank() in ranks_to_save`: the ranks that list holds
         if isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Tuple | ast.List | ast.Set):
             values = {const_int(e) for e in right.elts}
             if None in values:
@@ -246,9 +257,10 @@ class RankModel:
                     callee = self.script.qual(value.func) or ""
                     if local is not None:  # `a, rank, b = setup()`: the tuple `setup` returns, by position
                         self._bind_returned(target, local)
-                    elif callee.endswith(
-                        "get_dist_info"
-                    ):  # mmcv/mmengine: rank, world_size = get_dist_info()
+                    elif callee.endswith("get_dist_info") and (
+                        len(target.elts) == 2 or "rank" in dotted(target.elts[0]).lower()
+                    ):  # mmcv/mmengine: rank, world_size = get_dist_info(); not nanochat's
+                        # `ddp, rank, local_rank, world = get_dist_info()` imported from its package
                         self._store(self.values, target.elts[0], "global", scope)
                 else:
                     self._bind(target, value, scope)
@@ -279,9 +291,17 @@ class RankModel:
 
     def _store(self, table: dict[Scope, dict[str, str]], target: ast.AST, value: str, scope: Scope) -> None:
         if isinstance(target, ast.Name):
-            table.setdefault(scope, {})[target.id] = value
+            key, where = target.id, scope
         elif isinstance(target, ast.Attribute) and dotted(target):
-            table.setdefault(self.script.tree, {})[dotted(target)] = value
+            key, where = dotted(target), self.script.tree
+        else:
+            return
+        names = table.setdefault(where, {})
+        # `rank = LOCAL_RANK if set, else RANK`: under torchrun it is the local rank; a name bound to
+        # both kinds is not claimed to be the global one.
+        if table is self.values and names.get(key) == "local" and value == "global":
+            return
+        names[key] = value
 
     def _collect_functions(self) -> None:
         returns: dict[ast.AST, list[ast.Return]] = {}
@@ -318,6 +338,29 @@ class RankModel:
         for key, kinds in seen.items():
             if len(kinds) == 1 and None not in kinds:
                 self.param_kinds[key] = kinds.pop()  # type: ignore[assignment]
+
+    def _collect_flags(self) -> bool:
+        """`save = False` ... `if rank == 0: save = True` ... `if save:`: a flag only ever set True
+        under one rank condition (and otherwise only False) holds on those ranks alone."""
+        bound: dict[tuple[Scope, str], list[tuple[bool, Side | None]]] = {}
+        for node in self.script.of_type(ast.Assign):
+            for target in node.targets:
+                if not isinstance(target, ast.Name):
+                    continue
+                key = (self.script.scope_of(node), target.id)
+                value = node.value
+                if not (isinstance(value, ast.Constant) and isinstance(value.value, bool)):
+                    bound.setdefault(key, []).append((True, None))  # anything else: not a flag
+                    continue
+                gate = self.gates.gate(node)
+                bound.setdefault(key, []).append((value.value, gate.side if gate else None))
+        found = False
+        for (scope, name), values in bound.items():
+            sides = {side for value, side in values if value}
+            if len(sides) == 1 and None not in sides and any(not value for value, _ in values):
+                self.preds.setdefault(scope, {})[name] = sides.pop()  # type: ignore[assignment]
+                found = True
+        return found
 
     # -- processes and gates ---------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from triage.core.lint import (
     rules_device,
     rules_fsdp,
     rules_launch,
+    rules_placement,
     rules_side_effects,
 )
 from triage.core.lint.context import Context
@@ -26,6 +27,7 @@ from triage.core.lint.model import Finding, Rule
 Check = Callable[[Context], Iterable[Finding]]
 FAMILIES: tuple[ModuleType, ...] = (
     rules_device,
+    rules_placement,
     rules_ddp,
     rules_data,
     rules_fsdp,

@@ -272,11 +272,10 @@ def _helper_communications(
     for keyword in site.node.keywords:
         if keyword.arg:
             passed[keyword.arg] = ctx.wrappers.kind(keyword.value, site.scope)
-    arguments = _arguments(helper, site)
     for inner in ctx.script.call_list:
         if inner.scope is not helper or ctx.ranks.gate(inner.node) is not None:
             continue
-        if _switched_off(ctx, inner.node, helper, arguments):
+        if _switched_off(ctx, inner.node, helper, site):
             continue
         found = communication(ctx, inner)
         if found is None and isinstance(inner.node.func, ast.Name) and passed.get(inner.node.func.id):
@@ -302,15 +301,40 @@ def _arguments(helper: FunctionNode, site: Call) -> dict[str, ast.expr]:
     return values
 
 
-def _switched_off(ctx: Context, node: ast.AST, helper: FunctionNode, arguments: dict[str, ast.expr]) -> bool:
-    """`if synchronize: barrier()` in a helper called with `synchronize=False`: not run there."""
-    for test_if in enclosing_ifs(ctx.script, node, stop=helper):
+def _tests(ctx: Context, node: ast.AST, stop: ast.AST | None = None) -> Iterator[tuple[ast.expr, bool]]:
+    """Each condition `node` runs under (innermost first) and the value it has there: in the body
+    of `if not x:` or the `else` of `if x:`, `x` is False."""
+    for test_if in enclosing_ifs(ctx.script, node, stop=stop):
         in_body = any(node in ast.walk(stmt) for stmt in test_if.body)
-        test, wanted = test_if.test, True
+        test, value = test_if.test, in_body
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            test, wanted = test.operand, False
+            test, value = test.operand, not in_body
+        yield test, value
+
+
+def _known_at(ctx: Context, site: Call, helper: FunctionNode) -> dict[str, bool]:
+    """Attribute tests the call site has already decided (`self.args.is_pipe_parallel` in the
+    `else` of `if self.args.is_pipe_parallel:`), where they mean the same object in the helper:
+    `self.` in a method of the same class, or any other attribute chain."""
+    same_class = ctx.script.enclosing_class(site.node) is ctx.script.enclosing_class(helper)
+    known: dict[str, bool] = {}
+    for test, value in _tests(ctx, site.node):
+        text = dotted(test) if isinstance(test, ast.Attribute) else ""
+        if text and (same_class or not text.startswith("self.")):
+            known.setdefault(text, value)
+    return known
+
+
+def _switched_off(ctx: Context, node: ast.AST, helper: FunctionNode, site: Call) -> bool:
+    """`if synchronize: barrier()` in a helper called with `synchronize=False`, or
+    `if self.pipe: all_reduce()` in a helper called in the `else` of `if self.pipe:`: not run there."""
+    arguments = _arguments(helper, site)
+    known = _known_at(ctx, site, helper)
+    for test, wanted in _tests(ctx, node, stop=helper):
         value = arguments.get(test.id) if isinstance(test, ast.Name) else None
-        if in_body and isinstance(value, ast.Constant) and bool(value.value) is not wanted:
+        if isinstance(value, ast.Constant) and bool(value.value) is not wanted:
+            return True
+        if isinstance(test, ast.Attribute) and known.get(dotted(test), wanted) is not wanted:
             return True
     return False
 
@@ -322,7 +346,9 @@ def _candidates(ctx: Context) -> Iterator[_Candidate]:
             continue
         comm = communication(ctx, call)
         if comm is not None:
-            yield _Candidate(comm, gate, call.node, "")
+            # `if rank in ranks: all_reduce(t, group=group_of_those_ranks)`: members only, as it should be
+            if not (gate.side == "other" and call.kwarg("group") is not None):
+                yield _Candidate(comm, gate, call.node, "")
             continue
         helper = ctx.script.local_function(call.node)
         if helper is not None and helper is not ctx.script.scope_of(call.node):
@@ -360,11 +386,18 @@ def check(ctx: Context) -> Iterator[Finding]:
     # Rank 0 and the other ranks each reaching the same collective in one function is the
     # "others wait, rank 0 works, rank 0 releases" pattern: every rank calls it once.
     # So is `if rank == dst: gather(..., out) else: gather(..., None)`: both arms of one `if`.
+    # So is `if rank not in ranks: barrier(); return` ... `barrier()`: both arms of one test.
     sides: dict[tuple[int, str], set[str]] = {}
+    arms: dict[tuple[int, str], set[tuple[int, bool]]] = {}
     for c in candidates:
-        sides.setdefault((id(ctx.script.scope_of(c.at)), c.comm.name), set()).add(c.gate.side)
+        key = (id(ctx.script.scope_of(c.at)), c.comm.name)
+        sides.setdefault(key, set()).add(c.gate.side)
+        arms.setdefault(key, set()).add((c.gate.line, c.gate.where.startswith("inside")))
     for c in candidates:
-        if {"zero", "nonzero"} <= sides[(id(ctx.script.scope_of(c.at)), c.comm.name)]:
+        key = (id(ctx.script.scope_of(c.at)), c.comm.name)
+        if {"zero", "nonzero"} <= sides[key] or (c.gate.line, not c.gate.where.startswith("inside")) in arms[
+            key
+        ]:
             continue
         if _other_arm_calls(ctx, c):
             continue

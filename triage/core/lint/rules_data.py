@@ -4,6 +4,8 @@ TRG009: data split per rank in a way that can give ranks different numbers of ba
         (`data[rank::world_size]`, an IterableDataset that shards by rank, `split_dataset_by_node`)
         in a gradient-synchronising script that never uses `Join`.
 TRG022: a shuffling DistributedSampler whose `set_epoch` is never called.
+TRG024: a DataLoader given both a sampler and `shuffle=True` (or a batch_sampler and what it
+        excludes): DataLoader raises ValueError.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from collections.abc import Iterator
 
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.patterns import is_backward, world_size
+from triage.core.lint.patterns import is_backward, value_before, world_size
+from triage.core.lint.reach import has_entry, reached
 from triage.core.lint.script import Call, Scope, dotted
 
 TRG009 = Rule(
@@ -86,7 +89,42 @@ TRG022 = Rule(
         "        train_step(batch)\n"
     ),
 )
-RULES = (TRG009, TRG022)
+TRG024 = Rule(
+    code="TRG024",
+    entry="D22",
+    severity="error",
+    name="sampler-with-shuffle",
+    message="the DataLoader gets a sampler and shuffle=True, which it refuses with ValueError",
+    fix="drop `shuffle=True` from the DataLoader: the DistributedSampler shuffles (its own `shuffle=` says whether)",
+    finds=(
+        "`DataLoader(..., sampler=<a sampler>, shuffle=True)` where the sampler is a `*Sampler(...)` whenever"
+        " it is not None (built in the call, or so assigned in the function, `DistributedSampler(ds) if"
+        " distributed else None` included: it meets shuffle=True in every distributed run), and `batch_sampler=` together with"
+        " `shuffle=True`, `sampler=`, `drop_last=True` or a `batch_size` other than 1."
+        " `shuffle=(sampler is None)` is the right idiom and is not reported."
+    ),
+    why=(
+        "A sampler decides the order, so DataLoader refuses a second order: `ValueError: sampler option"
+        " is mutually exclusive with shuffle` (and `batch_sampler option is mutually exclusive with"
+        " batch_size, shuffle, sampler, and drop_last`). Moving a single-GPU script to DistributedSampler"
+        " often leaves the old `shuffle=True` behind, and the job dies on every rank at start."
+    ),
+    example=(
+        "from torch.utils.data import DataLoader\nfrom torch.utils.data.distributed import DistributedSampler\n\n"
+        "sampler = DistributedSampler(dataset)\n"
+        "loader = DataLoader(dataset, batch_size=32, sampler=sampler, shuffle=True)\n"
+        "for epoch in range(epochs):\n"
+        "    sampler.set_epoch(epoch)\n"
+    ),
+    fixed=(
+        "from torch.utils.data import DataLoader\nfrom torch.utils.data.distributed import DistributedSampler\n\n"
+        "sampler = DistributedSampler(dataset, shuffle=True)\n"
+        "loader = DataLoader(dataset, batch_size=32, sampler=sampler)\n"
+        "for epoch in range(epochs):\n"
+        "    sampler.set_epoch(epoch)\n"
+    ),
+)
+RULES = (TRG009, TRG022, TRG024)
 
 _EVAL_WORDS = ("val", "test", "eval")
 _PADDING_WORDS = ("total_size", "num_samples", "pad", "drop_last", "min(")
@@ -224,8 +262,8 @@ def _check_set_epoch(ctx: Context) -> Iterator[Finding]:
         data = call.node.args[0] if call.node.args else call.kwarg("dataset")
         if data is not None and any(w in script.text(data, 80).lower() for w in _EVAL_WORDS):
             continue  # an evaluation sampler: its order does not matter
-        if _handed_away(ctx, call):
-            continue
+        if _handed_away(ctx, call) or not (has_entry(ctx) or reached(ctx, call.node)):
+            continue  # a loader built for another module, which may call set_epoch on it
         yield ctx.finding(
             TRG022,
             call.node,
@@ -234,11 +272,43 @@ def _check_set_epoch(ctx: Context) -> Iterator[Finding]:
         )
 
 
+_RUNNER_TAILS = frozenset({"fit", "run", "run_epoch", "train_loop"})
+
+
 def _handed_away(ctx: Context, call: Call) -> bool:
-    """Whether the sampler is passed to code in another module, which may call set_epoch itself."""
+    """Whether the sampler is passed to code in another module, which may call set_epoch itself;
+    or the loader built on it is handed to a runner from another module (`engine.run(loader)`,
+    `runner.fit(loader)`, `Trainer(model, loader)`), which sets the epoch as it starts each one."""
     parent = ctx.script.parents.get(call.node)
     names = {dotted(t) for t in parent.targets} if isinstance(parent, ast.Assign) else set()
-    return bool(names & _external_arguments(ctx))
+    if names & _external_arguments(ctx):
+        return True
+    loaders: set[str] = set()
+    for loader in ctx.script.calls("DataLoader"):
+        given = loader.kwarg("sampler")
+        if given is call.node or (given is not None and dotted(given) in names):
+            holder = ctx.script.parents.get(loader.node)
+            if isinstance(holder, ast.Assign):
+                loaders |= {dotted(t) for t in holder.targets}
+    loaders.discard("")
+    return bool(loaders & _run_arguments(ctx))
+
+
+def _run_arguments(ctx: Context) -> set[str]:
+    """Names handed to a runner from another module: `engine.run(loader)`, `Trainer(model, loader)`."""
+    found = ctx.script.cache.get("data.run_arguments")
+    if isinstance(found, set):
+        return found
+    names: set[str] = set()
+    for runner in ctx.script.call_list:
+        if runner.name.startswith("torch") or ctx.script.local_function(runner.node) is not None:
+            continue
+        if runner.tail in _RUNNER_TAILS or (
+            runner.tail[:1].isupper() and runner.tail not in ctx.script.classes
+        ):
+            names |= {dotted(arg) for arg in [*runner.node.args, *(k.value for k in runner.node.keywords)]}
+    ctx.script.cache["data.run_arguments"] = names
+    return names
 
 
 def _external_arguments(ctx: Context) -> set[str]:
@@ -260,7 +330,75 @@ def _external_arguments(ctx: Context) -> set[str]:
     return names
 
 
+def _a_sampler(ctx: Context, expr: ast.expr | None, at: ast.AST) -> ast.Call | None:
+    """The `*Sampler(...)` call `expr` is whenever it is not None: built there, assigned just
+    before, or one of the values its name takes in this function (`sampler = DistributedSampler(ds)
+    if distributed else None`: a sampler in exactly the runs that matter)."""
+    if expr is None:
+        return None
+    values: list[ast.expr] = [expr]
+    if isinstance(expr, ast.Name):
+        scope = ctx.script.scope_of(at)
+        values += [
+            node.value
+            for node in ctx.script.of_type(ast.Assign)
+            if ctx.script.scope_of(node) is scope and [dotted(t) for t in node.targets] == [expr.id]
+        ]
+    elif not isinstance(expr, ast.Call):
+        values.append(value_before(ctx.script, expr, at) or expr)
+    for value in values:
+        for arm in (value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,):
+            if isinstance(arm, ast.Call) and (ctx.script.qual(arm.func) or "").endswith("Sampler"):
+                return arm
+    return None
+
+
+def _true(expr: ast.expr | None) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value is True
+
+
+def _check_sampler_and_shuffle(ctx: Context) -> Iterator[Finding]:
+    for call in ctx.script.calls("DataLoader"):
+        if not call.name.startswith(("torch.", "DataLoader")):
+            continue
+        sampler = _a_sampler(ctx, call.kwarg("sampler"), call.node)
+        if sampler is not None and _true(call.kwarg("shuffle")):
+            yield ctx.finding(
+                TRG024,
+                call.node,
+                f"DataLoader(sampler=..., shuffle=True) raises `ValueError: sampler option is mutually exclusive"
+                f" with shuffle` (the sampler is a `{ctx.script.text(sampler.func, 60).rsplit('.', 1)[-1]}`, line"
+                f" {sampler.lineno}); drop shuffle=True, the"
+                " sampler decides the order",
+            )
+        if _a_sampler(ctx, call.kwarg("batch_sampler"), call.node) is None:
+            continue
+        size = call.kwarg("batch_size") or (call.node.args[1] if len(call.node.args) > 1 else None)
+        clashes = [
+            word
+            for word, given in (
+                ("shuffle=True", _true(call.kwarg("shuffle"))),
+                ("sampler", call.kwarg("sampler") is not None),
+                ("drop_last=True", _true(call.kwarg("drop_last"))),
+                (
+                    "batch_size",
+                    size is not None and not (isinstance(size, ast.Constant) and size.value in (None, 1)),
+                ),
+            )
+            if given
+        ]
+        if clashes:
+            yield ctx.finding(
+                TRG024,
+                call.node,
+                f"DataLoader(batch_sampler=..., {', '.join(clashes)}) raises `ValueError: batch_sampler option is"
+                " mutually exclusive with batch_size, shuffle, sampler, and drop_last`; the batch sampler"
+                " makes the batches, so pass only it",
+            )
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     """Every finding of this module's rules on one script."""
     yield from _check_uneven(ctx)
     yield from _check_set_epoch(ctx)
+    yield from _check_sampler_and_shuffle(ctx)

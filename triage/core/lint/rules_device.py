@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
+from triage.core.lint.reach import anchored
 from triage.core.lint.script import Call
 
 TRG003 = Rule(
@@ -275,7 +276,7 @@ def _check_device_map(ctx: Context) -> Iterator[Finding]:
         value = call.kwarg("device_map")
         if not (isinstance(value, ast.Constant) and value.value in ("auto", "balanced", "sequential")):
             continue
-        if _multiprocess(ctx):
+        if _multiprocess(ctx) and anchored(ctx, call.node):
             yield ctx.finding(
                 TRG055,
                 call.node,

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
 from triage.core.lint.patterns import loops_of
-from triage.core.lint.script import Call, FunctionNode, dotted
+from triage.core.lint.reach import anchored
+from triage.core.lint.script import Call, dotted
 
 TRG023 = Rule(
     code="TRG023",
@@ -29,7 +30,9 @@ TRG023 = Rule(
     fact="lint.every_rank_writes",
     finds=(
         "In a script that runs as several processes, outside any rank condition: `torch.save` to a path"
-        " that does not contain the rank, `save_pretrained` without `is_main_process=`,"
+        " that does not contain the rank, `save_pretrained` of a model without `is_main_process=` (not a"
+        " tokenizer's or config's, nor in a script the HF Trainer runs, where each rank writes the same"
+        " whole weights),"
         " `safetensors` `save_file`, `os.makedirs` without `exist_ok=True`, and `wandb.init`,"
         " `SummaryWriter` or `mlflow.start_run`."
     ),
@@ -97,7 +100,7 @@ def _everyone(ctx: Context, call: Call) -> bool:
         (gate is None or gate.side == "nonzero")
         and ctx.ranks.per_rank(call.node)
         and not _conditional_expression(ctx, call)
-        and _anchored(ctx, call)
+        and anchored(ctx, call.node)
     )
 
 
@@ -113,110 +116,6 @@ def _conditional_expression(ctx: Context, call: Call) -> bool:
     return False
 
 
-def _anchored(ctx: Context, call: Call) -> bool:
-    """Whether this file says on which ranks the call's function runs. In a module with no entry
-    point of its own (no `__main__` block, no call at module level), a function that nothing
-    reached from the module's top level calls is run by other files, on ranks this file cannot
-    see: gated there, or not."""
-    outer = [a.name for a in ctx.script.ancestors(call.node) if isinstance(a, FunctionNode | ast.ClassDef)]
-    if outer and outer[0] in _callbacks(ctx):
-        return False
-    if not outer or _has_entry(ctx):
-        return True
-    return any(name in _reached(ctx) for name in outer)
-
-
-_LAUNCHES = frozenset(
-    {"spawn", "start_processes", "Process", "notebook_launcher", "launch", "elastic_launch", "debug_launcher"}
-)
-
-
-def _callbacks(ctx: Context) -> set[str]:
-    """Functions of this file handed to another call and never called here by name
-    (`accelerator.register_save_state_pre_hook(save_model_hook)`): they run where that call runs
-    them, on ranks this file does not say."""
-    cached = ctx.script.cache.get("side_effects.callbacks")
-    if isinstance(cached, set):
-        return cached
-    called = {local.name for c in ctx.script.call_list if (local := ctx.script.local_function(c.node))}
-    passed = {
-        arg.id
-        for c in ctx.script.call_list
-        if c.tail not in _LAUNCHES  # a worker handed to mp.spawn runs on every rank
-        for arg in (*c.node.args, *(k.value for k in c.node.keywords))
-        if isinstance(arg, ast.Name) and arg.id in ctx.script.functions
-    }
-    found = passed - called
-    ctx.script.cache["side_effects.callbacks"] = found
-    return found
-
-
-def _reached(ctx: Context) -> set[str]:
-    """Functions and classes of this file called from its top level, and from those (closure)."""
-    cached = ctx.script.cache.get("side_effects.reached")
-    if isinstance(cached, set):
-        return cached
-    callers: dict[str, set[str]] = {}  # enclosing function/class name ("" at top level) -> callees
-    for c in ctx.script.call_list:
-        local = ctx.script.local_function(c.node)
-        callee = local.name if local is not None else c.tail if c.tail in ctx.script.classes else None
-        if callee is None:
-            continue
-        owners = [a.name for a in ctx.script.ancestors(c.node) if isinstance(a, FunctionNode | ast.ClassDef)]
-        for owner in owners or [""]:
-            callers.setdefault(owner, set()).add(callee)
-    reached: set[str] = set()
-    todo = [""]
-    while todo:
-        for callee in callers.get(todo.pop(), ()):
-            if callee not in reached:
-                reached.add(callee)
-                todo.append(callee)
-    ctx.script.cache["side_effects.reached"] = reached
-    return reached
-
-
-_SETUP_TAILS = frozenset(
-    {
-        "init_process_group",
-        "init_distributed",
-        "initialize",
-        "Accelerator",
-        "Fabric",
-        "Trainer",
-        "spawn",
-        "start_processes",
-        "DistributedDataParallel",
-        "DDP",
-        "FullyShardedDataParallel",
-        "FSDP",
-        "fully_shard",
-    }
-)
-
-
-def _has_entry(ctx: Context) -> bool:
-    """Whether the file runs the job itself: a `__main__` block, work at module level (a loop, a
-    call of its own function or class; not a setting such as `torch.set_printoptions()`), or the
-    set-up of the process group or of a wrapper (a snippet's `def main(): init_process_group()`)."""
-    cached = ctx.script.cache.get("side_effects.entry")
-    if isinstance(cached, bool):
-        return cached
-    script = ctx.script
-    entry = any(
-        isinstance(stmt, ast.For | ast.While | ast.With)
-        or (
-            isinstance(stmt, ast.Expr)
-            and isinstance(stmt.value, ast.Call)
-            and (script.local_function(stmt.value) is not None or dotted(stmt.value.func) in script.classes)
-        )
-        or (isinstance(stmt, ast.If) and "__main__" in script.text(stmt.test, 200))
-        for stmt in script.tree.body
-    ) or any(c.tail in _SETUP_TAILS for c in script.call_list)
-    ctx.script.cache["side_effects.entry"] = entry
-    return entry
-
-
 def _mentions_rank(ctx: Context, expr: ast.AST, call: Call, depth: int = 3) -> bool:
     """Whether a path or message depends on the rank, following the names it is built from in the
     same function (`name = f"mp_rank_{tp_rank:02d}"`, then `join(d, f"{name}.pt")`)."""
@@ -227,22 +126,43 @@ def _mentions_rank(ctx: Context, expr: ast.AST, call: Call, depth: int = 3) -> b
             return True
         if isinstance(node, ast.keyword) and node.arg and "rank" in node.arg.lower():
             return True
-        if depth and isinstance(node, ast.Name):
-            for value in _assigned(ctx, node.id, call.scope):
+        if depth and isinstance(node, ast.Name | ast.Attribute):
+            for value in _assigned(ctx, node, call.scope):
                 if _mentions_rank(ctx, value, call, depth - 1):
                     return True
     return False
 
 
-def _assigned(ctx: Context, name: str, scope: ast.AST) -> list[ast.expr]:
-    """The values a name is assigned in one function (or the module)."""
+def _assigned(ctx: Context, target: ast.Name | ast.Attribute, scope: ast.AST) -> list[ast.expr]:
+    """The values a name is assigned in one function (or the module); for `self.path`, in any
+    method of the class (`self.path = f"queue{self.trainer.global_rank}.pth"` in `setup`)."""
+    text = dotted(target)
+    owner = ctx.script.enclosing_class(target) if isinstance(target, ast.Attribute) else None
+    if isinstance(target, ast.Attribute) and (not text.startswith("self.") or owner is None):
+        return []
     values = []
-    for node in ctx.script.of_type(ast.Assign):
-        if ctx.script.scope_of(node) is scope and any(
-            isinstance(t, ast.Name) and t.id == name for t in node.targets
-        ):
+    for node in _assignments(ctx).get(text, []):
+        same = (
+            ctx.script.scope_of(node) is scope
+            if isinstance(target, ast.Name)
+            else ctx.script.enclosing_class(node) is owner
+        )
+        if same:
             values.append(node.value)
     return values
+
+
+def _assignments(ctx: Context) -> dict[str, list[ast.Assign]]:
+    """Every assignment of the file by the text of its target."""
+    cached = ctx.script.cache.get("side_effects.assignments")
+    if isinstance(cached, dict):
+        return cached
+    found: dict[str, list[ast.Assign]] = {}
+    for node in ctx.script.of_type(ast.Assign):
+        for target in node.targets:
+            found.setdefault(dotted(target), []).append(node)
+    ctx.script.cache["side_effects.assignments"] = found
+    return found
 
 
 # The helpers of torchvision's references (copied by DeiT, DETR, DINO, MAE, ConvNeXt, ...):
@@ -315,6 +235,8 @@ def _write(ctx: Context, call: Call) -> str | None:
         and call.kwarg("is_main_process") is None
         and call.kwarg("save_function") is None  # `accelerator.save` writes on the main process only
         and not call.has_star_kwargs()
+        and not _metadata(ctx, call)
+        and not _trainer_script(ctx)
     ):
         return (
             f"{ctx.script.text(call.node.func, 40)}() runs on every rank without is_main_process=: N processes"
@@ -330,6 +252,26 @@ def _write(ctx: Context, call: Call) -> str | None:
             " FileExistsError; pass exist_ok=True or create it on rank 0"
         )
     return None
+
+
+_METADATA_WORDS = ("config", "tokenizer", "processor", "feature_extractor")
+
+
+def _metadata(ctx: Context, call: Call) -> bool:
+    """`tokenizer.save_pretrained`, `model.config.save_pretrained`: a few identical JSON files, not
+    the weights whose concurrent writes corrupt a checkpoint."""
+    receiver = ctx.script.text(call.receiver, 80).lower() if call.receiver is not None else ""
+    return any(word in receiver for word in _METADATA_WORDS)
+
+
+def _trainer_script(ctx: Context) -> bool:
+    """A script the HF Trainer (or TRL's) runs, with no wrapper of its own: `trainer.train()` then
+    `model.save_pretrained(out)` is how these scripts end, the weights are whole on every rank, and
+    each process writes the same bytes; `trainer.save_model` would say it once."""
+    wrappers = ctx.wrappers
+    return wrappers.of_kind("hf_trainer") and not wrappers.of_kind(
+        "ddp", "fsdp", "fsdp2", "deepspeed", "prepared"
+    )
 
 
 def _check_writes(ctx: Context) -> Iterator[Finding]:

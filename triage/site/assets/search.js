@@ -233,8 +233,8 @@
     return out;
   }
 
-  function probability(c, score, gap, signature, known, unknown) {
-    var z = c.bias + c.score * score + c.gap * gap + c.signature * signature + c.known * Math.log1p(known);
+  function probability(c, score, lead, signature, known, unknown) {
+    var z = c.bias + c.score * score + c.lead * lead + c.signature * signature + c.known * Math.log1p(known);
     z += c.unknown * unknown / Math.max(known + unknown, 1);
     return 1 / (1 + Math.exp(-Math.max(-40, Math.min(40, z))));
   }
@@ -275,10 +275,15 @@
       var raw = m.wCoverage * coverage + m.wPhrase * phrase + m.wSignature * sig;
       return { e: d.e, raw: raw, signature: sig, phrase: best >= 0 ? d.phrases[best][2] : "" };
     }).sort(function (a, b) { return b.raw - a.raw || (a.e.id < b.e.id ? -1 : a.e.id > b.e.id ? 1 : 0); });
-    var c = m.confidence, top = scored.length ? scored[0].raw : 0, second = scored.length > 1 ? scored[1].raw : 0;
+    // Each entry's lead in words over every other entry (negative when a signature put it first).
+    var c = m.confidence, byWords = scored.map(function (r) { return r.raw - m.wSignature * r.signature; });
+    byWords.sort(function (a, b) { return b - a; });
+    byWords.push(0, 0);
+    var top = scored.length ? scored[0].raw : 0;
     scored.forEach(function (r, i) {
-      var words = r.raw - m.wSignature * r.signature, gap = r.raw - (i === 0 ? second : top);
-      r.probability = probability(c, words, gap, r.signature, known, unknown);
+      var words = r.raw - m.wSignature * r.signature, lead = words - (words >= byWords[0] ? byWords[1] : byWords[0]);
+      if (i > 0) lead = Math.min(lead, r.raw - top);  // ranked below the best: behind it, whatever its words say
+      r.probability = probability(c, words, lead, r.signature, known, unknown);
       r.score = Math.round(1000 * r.probability) / 1000;
     });
     return scored;

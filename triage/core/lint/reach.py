@@ -1,0 +1,174 @@
+"""Which code of a file this file says runs per rank: its entry point, and what that reaches.
+
+A module with no entry point of its own (no `__main__` block, no work at module level) is a library:
+its functions run when other files call them, on ranks this file cannot see. What such a file does
+say is limited to the functions tied to its own process-group set-up (the function that calls
+`init_process_group`, as a snippet's `def main():` does, the functions that call it, and what those
+call) and the functions that read the rank themselves (`def train(..., rank):`).
+A `utils.py` that holds `init_distributed_mode()` beside a `TensorboardLogger` class says nothing
+about the logger, which `main.py` creates under `if rank == 0:`.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from triage.core.lint.context import Context
+from triage.core.lint.script import FunctionNode, dotted
+
+LAUNCHES = frozenset(
+    {"spawn", "start_processes", "Process", "notebook_launcher", "launch", "elastic_launch", "debug_launcher"}
+)
+SETUP_TAILS = frozenset(
+    {
+        "init_process_group",
+        "init_distributed",
+        "initialize",
+        "Accelerator",
+        "Fabric",
+        "Trainer",
+        "spawn",
+        "start_processes",
+        "DistributedDataParallel",
+        "DDP",
+        "FullyShardedDataParallel",
+        "FSDP",
+        "fully_shard",
+    }
+)
+
+
+def anchored(ctx: Context, node: ast.AST) -> bool:
+    """Whether this file says on which ranks the function holding `node` runs: code at module
+    level, any function of a file with an entry point of its own, and in a library module the
+    functions reached from the module's top level or tied to its process-group set-up. A function
+    handed to another call (a hook) runs where that call runs it: not anchored."""
+    outer = _owners(ctx, node)
+    if outer and outer[0] in callbacks(ctx):
+        return False
+    return has_entry(ctx) or reached(ctx, node) or _reads_rank(ctx, node)
+
+
+def reached(ctx: Context, node: ast.AST) -> bool:
+    """Whether `node` is at module level, or in a function reached from there or tied to the
+    process-group set-up of this file."""
+    outer = _owners(ctx, node)
+    return not outer or any(name in _reached(ctx) for name in outer)
+
+
+def _reads_rank(ctx: Context, node: ast.AST) -> bool:
+    """Whether the function holding `node` reads the rank itself (`def train(..., rank):` testing
+    `if rank == 0:`): it says it runs on every rank, whoever calls it."""
+    for scope in ctx.script.ancestors(node):
+        if not isinstance(scope, FunctionNode):
+            continue
+        key = f"reach.reads_rank.{id(scope)}"
+        cached = ctx.script.cache.get(key)
+        if not isinstance(cached, bool):
+            cached = any(
+                isinstance(inner, ast.Name | ast.Attribute | ast.Call)
+                and ctx.ranks.rank_kind(inner, scope) is not None
+                for inner in ast.walk(scope)
+            )
+            ctx.script.cache[key] = cached
+        if cached:
+            return True
+    return False
+
+
+def callbacks(ctx: Context) -> set[str]:
+    """Functions of this file handed to another call and never called here by name
+    (`accelerator.register_save_state_pre_hook(save_model_hook)`): they run where that call runs
+    them, on ranks this file does not say."""
+    cached = ctx.script.cache.get("reach.callbacks")
+    if isinstance(cached, set):
+        return cached
+    called = {local.name for c in ctx.script.call_list if (local := ctx.script.local_function(c.node))}
+    passed = {
+        arg.id
+        for c in ctx.script.call_list
+        if c.tail not in LAUNCHES  # a worker handed to mp.spawn runs on every rank
+        for arg in (*c.node.args, *(k.value for k in c.node.keywords))
+        if isinstance(arg, ast.Name) and arg.id in ctx.script.functions
+    }
+    found = passed - called
+    ctx.script.cache["reach.callbacks"] = found
+    return found
+
+
+def _owners(ctx: Context, node: ast.AST) -> list[str]:
+    return [a.name for a in ctx.script.ancestors(node) if isinstance(a, FunctionNode | ast.ClassDef)]
+
+
+def _calls(ctx: Context) -> dict[str, set[str]]:
+    """Enclosing function or class name ("" at top level) -> the functions and classes of this file
+    it calls."""
+    callers: dict[str, set[str]] = {}
+    for c in ctx.script.call_list:
+        local = ctx.script.local_function(c.node)
+        callee = local.name if local is not None else c.tail if c.tail in ctx.script.classes else None
+        if callee is None:
+            continue
+        for owner in _owners(ctx, c.node) or [""]:
+            callers.setdefault(owner, set()).add(callee)
+    return callers
+
+
+def _closure(calls: dict[str, set[str]], seeds: set[str]) -> set[str]:
+    reached = set(seeds)
+    todo = list(seeds)
+    while todo:
+        for callee in calls.get(todo.pop(), ()):
+            if callee not in reached:
+                reached.add(callee)
+                todo.append(callee)
+    return reached
+
+
+def _reached(ctx: Context) -> set[str]:
+    """Functions and classes called from the top level, and from those (closure); and the ones tied
+    to the set-up: those that run it, those that call them, and what all of these call."""
+    cached = ctx.script.cache.get("reach.reached")
+    if isinstance(cached, set):
+        return cached
+    calls = _calls(ctx)
+    # The function that runs the set-up; its class too when that function is `__init__` (the object
+    # is distributed from birth), not when it is one test method among many.
+    setup = set()
+    for c in ctx.script.call_list:
+        owners = _owners(ctx, c.node)
+        if c.tail in SETUP_TAILS and owners:
+            setup.update(owners[:2] if owners[0] == "__init__" else owners[:1])
+    callers: dict[str, set[str]] = {}
+    for owner, callees in calls.items():
+        for callee in callees:
+            callers.setdefault(callee, set()).add(owner)
+    tied = _closure(callers, setup) - {""}
+    reached = (_closure(calls, {""}) | _closure(calls, tied)) - {""}
+    ctx.script.cache["reach.reached"] = reached
+    return reached
+
+
+def has_entry(ctx: Context) -> bool:
+    """Whether the file runs the job itself: a `__main__` block, work at module level (a loop that
+    calls something, a call of its own function or class, the process group's set-up; not a
+    setting such as `torch.set_printoptions()`)."""
+    cached = ctx.script.cache.get("reach.entry")
+    if isinstance(cached, bool):
+        return cached
+    script = ctx.script
+    entry = any(
+        (  # a loop that does work; `for tag in TAGS: if ...: break` only fills a constant
+            isinstance(stmt, ast.For | ast.While | ast.With)
+            and any(isinstance(inner, ast.Call) for inner in ast.walk(stmt))
+        )
+        or (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and (script.local_function(stmt.value) is not None or dotted(stmt.value.func) in script.classes)
+        )
+        or (isinstance(stmt, ast.If) and "__main__" in script.text(stmt.test, 200))
+        for stmt in script.tree.body
+    ) or any(c.tail in SETUP_TAILS and not _owners(ctx, c.node) for c in script.call_list)
+    ctx.script.cache["reach.entry"] = entry
+    return entry
