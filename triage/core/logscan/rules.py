@@ -257,8 +257,8 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
         found.append(left)
     if first.real:
         echoes = survivor_echoes(events, first)
+        who = f"rank {first.rank}" if first.rank is not None else "one process"
         if echoes:
-            who = f"rank {first.rank}" if first.rank is not None else "one process"
             found.append(
                 Inferred(
                     DIVERGED,
@@ -268,6 +268,11 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
                     True,
                 )
             )
+        elif scan.spawn_stopped_others:
+            # mp.spawn prints only the failed process's traceback, then stops the others: they
+            # were still waiting (or working) when it failed, and print nothing of their own.
+            reason = f"{who} failed first with an error of its own; mp.spawn then stopped the other ranks"
+            found.append(Inferred(DIVERGED, DIVERGED_SCORE, (first,), reason, True))
     missing = _missing_traceback(scan, first) or _bare_abort(events, first)
     if missing is not None:
         found.append(missing)

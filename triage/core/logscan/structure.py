@@ -36,6 +36,8 @@ _LEGACY_EXIT = re.compile(
     r"(?:died with <Signals\.SIG\w+: (?P<signal>\d+)>|returned non-zero exit status (?P<code>\d+))"
 )
 _SPAWN_HEADER = re.compile(r"-- Process (?P<rank>\d+) terminated with the following error")
+# mp.spawn stopping the processes still running after one failed.
+_SPAWN_TEARDOWN = re.compile(r"multiprocessing/spawn\.py:\d+\] Terminating process \d+ via signal SIGTERM")
 # mp.spawn's report of a process that died without a Python exception (a signal, os._exit, sys.exit).
 _SPAWN_EXIT = re.compile(
     r"\bprocess (?P<rank>\d+) terminated with (?:signal (?P<signal>SIG[A-Z0-9]+)|exit code (?P<code>\d+))"
@@ -85,6 +87,7 @@ class Structure:
         self.reader = RankReader()
         self.root_cause_rank: int | None = None
         self.spawn_failed: int | None = None  # the process mp.spawn reports failed (its first)
+        self.spawn_stopped_others = False  # mp.spawn terminated processes still running after it
         self._no_other_marker = False  # torchrun's summary printed <NO_OTHER_FAILURES>
         self._summary_exits: dict[int, int] = {}  # worker -> exit code, as torchrun's summary lists them
         self._summary_rank: dict[int, tuple[int, int]] = {}  # source -> (worker rank, its `rank :` line)
@@ -244,6 +247,9 @@ class Structure:
         if legacy:
             code = -int(legacy["signal"]) if legacy["signal"] else int(legacy["code"])
             self.emit(source, number, Found("exit", int(legacy["rank"]), short[-200:], exit_code=code))
+            return True
+        if _SPAWN_TEARDOWN.search(body):
+            self.spawn_stopped_others = True
             return True
         spawned = _SPAWN_EXIT.search(body)
         if spawned:
