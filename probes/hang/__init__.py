@@ -132,7 +132,7 @@ def collect(
             + "; choose one with --pid"
         )
         ranks = chosen
-    launchers = {id(p): p for p in (launcher_of(r, procs) for r in ranks) if p is not None}
+    launchers = {id(p): p for p in (launcher_of(r, procs) for r in ranks) if p is not None and not agents}
     for launcher in sorted(launchers.values(), key=lambda p: p.pid):
         notes.append(f"launched by {launcher.launcher} (PID {launcher.pid})")
     spawners = sorted({r.ppid for r in ranks if r.rank is None and is_spawn_child(r)})

@@ -16,6 +16,8 @@ import pytest
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow  # real processes and the real command, as the other hang tests
+
 
 def _alive(pid: int) -> bool:
     try:

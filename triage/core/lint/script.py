@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from triage.core import launchers
 from triage.core.errors import UserError
+from triage.core.lint.snippets import implicit_imports
 
 Scope = ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
@@ -251,6 +252,9 @@ class Script:
                     push((value, inner))
         for nodes in by_type.values():
             nodes.sort(key=_position)
+        defined = set(self.functions) | set(self.classes)
+        names = [*by_type.get(ast.Name, []), *by_type.get(ast.arg, [])]
+        self.imports.update(implicit_imports(names, defined, self.imports))  # a pasted snippet's
         raw_calls.sort(key=lambda item: (item[0].lineno, item[0].col_offset))
         self.call_list = [Call(node, self.qual(node.func) or "", scope) for node, scope in raw_calls]
 

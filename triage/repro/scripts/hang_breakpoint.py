@@ -12,12 +12,17 @@ import torch
 import torch.distributed as dist
 
 
+def debug_here() -> None:
+    """A breakpoint helper left in from a debugging session."""
+    pdb.set_trace()  # the suspect stops here (Python 3.13+ at the call, earlier on the return)
+
+
 def train_step(rank: int, step: int) -> None:
-    """One training step; rank 0 still has the breakpoint from debugging its step 2."""
+    """One training step; rank 0 still stops at the breakpoint from debugging its step 2."""
     grads = torch.ones(4) * step
     if rank == 0 and step == 2:
-        pdb.set_trace()
-    dist.all_reduce(grads)  # the suspect stops here: pdb halts at the line after set_trace()
+        debug_here()
+    dist.all_reduce(grads)
 
 
 def main() -> None:
