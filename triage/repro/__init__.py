@@ -415,6 +415,13 @@ SCENARIOS: tuple[Scenario, ...] = (
         bound_s=40,
         env={"TRIAGE_REPRO_HOW": "segv"},
     ),
+    Scenario(
+        "E20",
+        "each rank sizes its embedding from the vocabulary of its own data shard, then builds DDP",
+        "ddp_model_differs.py",
+        expect="E20",
+        first_rank=1,  # only the rank whose shapes differ from rank 0's fails the check; rank 0 goes on
+    ),
 )
 
 
