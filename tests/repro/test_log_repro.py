@@ -70,7 +70,7 @@ def test_reproduction_is_diagnosed(
         pytest.fail(f"diagnosed {ids}, expected {scenario.expect}\n{_telling(output)}", pytrace=False)
     for other in scenario.also:
         assert other in ids, (ids, other)
-    if scenario.first_rank is not None or scenario.launch != "torchrun":
+    if scenario.first_rank is not None or not scenario.ranked:
         if data["first_rank"] != scenario.first_rank:
             pytest.fail(
                 f"first rank {data['first_rank']}, expected {scenario.first_rank}\n{_telling(output)}",

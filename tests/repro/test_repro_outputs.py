@@ -37,7 +37,7 @@ def check(scenario: Scenario, verdict: Verdict, output: str) -> None:
     assert ids[0] == scenario.expect, (ids, output)
     for other in scenario.also:
         assert other in ids[:4], (ids, other)
-    if scenario.first_rank is not None or scenario.launch != "torchrun":
+    if scenario.first_rank is not None or not scenario.ranked:
         assert verdict.first_rank == scenario.first_rank, (verdict.first, output)
     else:  # every rank fails the same way: the first one named must be one of the job's ranks
         assert verdict.first_rank in (0, 1), (verdict.first, output)

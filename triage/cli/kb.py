@@ -22,7 +22,7 @@ DESCRIPTION = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the command's arguments on its parser."""
     parser.add_argument("action", choices=["check", "build", "codes", "new"], help="what to do")
-    parser.add_argument("id", nargs="?", help="new: the entry id (D24, E20, X7, ...)")
+    parser.add_argument("id", nargs="?", help="new: the entry id (D24, E21, X7, ...)")
     parser.add_argument("--section", help="new: the section id from sections.yaml")
     parser.add_argument("--title", help="new: the entry's one-line title (also names the file)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -97,7 +97,7 @@ def _new(args: argparse.Namespace) -> int:
     from triage.kb.sources import read_sources
 
     if not args.id:
-        raise UserError("kb new needs an entry id: triage kb new E20 --section platform")
+        raise UserError("kb new needs an entry id: triage kb new E21 --section platform")
     try:
         entry_id = skeleton.check_id(args.id)
     except ValueError as exc:

@@ -30,7 +30,8 @@ class Scenario:
     script: str  # file in this package
     expect: str  # the entry `triage log` must rank first on its output
     first_rank: int | None  # the rank that fails first (None: no rank, e.g. a launcher error)
-    launch: str = "torchrun"  # "torchrun" | "python" | "two-jobs"
+    # "torchrun" | "launch" (the deprecated `python -m torch.distributed.launch`) | "python" | "two-jobs"
+    launch: str = "torchrun"
     bound_s: float = 60.0  # hard wall-clock limit for the whole run
     env: dict[str, str] = field(default_factory=dict)
     torchrun_args: tuple[str, ...] = ()
@@ -39,10 +40,17 @@ class Scenario:
     skip: dict[str, str] = field(default_factory=dict)
     # Python modules the script needs beyond torch (module -> why)
     needs: dict[str, str] = field(default_factory=dict)
+    # False when the launcher itself fails before it starts any worker: no rank exists to name
+    workers_start: bool = True
 
     @property
     def path(self) -> Path:
         return HERE / self.script
+
+    @property
+    def ranked(self) -> bool:
+        """Whether a launcher starts the job's ranks (so a diagnosis can name the one that failed)."""
+        return self.launch in ("torchrun", "launch") and self.workers_start
 
     def missing(self) -> list[str]:
         """The modules this scenario needs that cannot be imported here, each with why it is needed."""
@@ -226,9 +234,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "P6",
         "rank 1 segfaults in native code mid-training, with no Python traceback",
-        "train_segfault.py",
+        "rank_dies.py",
         expect="P6",
         first_rank=1,
+        env={"TRIAGE_REPRO_HOW": "segv"},
     ),
     Scenario(
         "D19-SIZE",
@@ -259,9 +268,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "P4",
         "rank 1 calls sys.exit(3) without printing why while rank 0 waits in the all-reduce",
-        "exit_without_traceback.py",
+        "rank_dies.py",
         expect="P4",
         first_rank=1,
+        env={"TRIAGE_REPRO_HOW": "exit"},
     ),
     Scenario(
         "E17",
@@ -280,6 +290,137 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect="E12",
         first_rank=1,
         skip=_DDP_UNDER_DETAIL,
+    ),
+    Scenario(
+        "E4-TORCHRUN",
+        "a script launched with torchrun builds its DistributedSampler without init_process_group",
+        "train_no_init.py",
+        expect="E4",
+        first_rank=None,  # every rank fails the same way
+    ),
+    Scenario(
+        "X3",
+        "the OOM killer sends SIGKILL to rank 1 mid-training (no traceback)",
+        "rank_dies.py",
+        expect="X3",
+        first_rank=1,
+        env={"TRIAGE_REPRO_HOW": "kill"},
+    ),
+    Scenario(
+        "X4",
+        "one of rank 1's DataLoader workers is killed (SIGKILL) while rank 0 waits in the all-reduce",
+        "loader_worker_fails.py",
+        expect="X4",
+        first_rank=1,
+        env={"TRIAGE_REPRO_HOW": "kill"},
+    ),
+    Scenario(
+        "E6",
+        "a 2x2 DeviceMesh written for 4 processes, launched with 2",
+        "mesh_bigger_than_world.py",
+        expect="E6",
+        first_rank=None,  # every rank fails the same way
+    ),
+    Scenario(
+        "E15",
+        "FSDP1 wraps a model with a frozen layer as one unit (use_orig_params=False)",
+        "fsdp_frozen_layer.py",
+        expect="E15",
+        first_rank=None,  # every rank fails the same way
+    ),
+    Scenario(
+        "D10",
+        "a model converted to SyncBatchNorm wrapped in DDP on the CPU",
+        "syncbn_on_cpu.py",
+        expect="D10",
+        first_rank=None,  # every rank fails the same way
+        skip=_DDP_UNDER_DETAIL,
+    ),
+    Scenario(
+        "E9-SETDEVICE",
+        "torch.cuda.set_device(LOCAL_RANK) with the CPU-only wheel (gloo backend)",
+        "set_device_cpu_only.py",
+        expect="E9",
+        first_rank=None,  # every rank fails the same way
+    ),
+    Scenario(
+        "D2",
+        "a two-node torchrun command (--nnodes=2) started on one node only",
+        "nnodes_mismatch.py",
+        expect="D2",
+        first_rank=None,
+        workers_start=False,  # torchrun waits for the other node and never starts a worker
+        # the rendezvous gives up after join_timeout (600 s by default): shortened, the lines are the same
+        torchrun_args=("--nnodes=2", "--rdzv-conf=join_timeout=5"),
+    ),
+    Scenario(
+        "D1-LAUNCH",
+        "a script that reads LOCAL_RANK from the environment started with torch.distributed.launch",
+        "local_rank_argument.py",
+        expect="D1",
+        first_rank=None,  # every rank fails the same way
+        launch="launch",
+        env={"TRIAGE_REPRO_HOW": "rejects"},
+    ),
+    Scenario(
+        "D1-LOCALRANK",
+        "a script that requires --local_rank (written for torch.distributed.launch) started with torchrun",
+        "local_rank_argument.py",
+        expect="D1",
+        first_rank=None,  # every rank fails the same way
+        env={"TRIAGE_REPRO_HOW": "requires"},
+    ),
+    Scenario(
+        "D20-LOADER",
+        "a corrupt sample raises in one of rank 1's DataLoader workers while rank 0 waits in the all-reduce",
+        "loader_worker_fails.py",
+        expect="D20",
+        first_rank=1,
+        env={"TRIAGE_REPRO_HOW": "raise"},
+    ),
+    Scenario(
+        "D6-TWICE",
+        "init_process_group called, then called again by a setup helper",
+        "init_twice.py",
+        expect="D6",
+        first_rank=None,  # every rank fails the same way
+    ),
+    Scenario(
+        "D20-SPAWN",
+        "mp.spawn: process 1 raises on a NaN loss while process 0 is still evaluating",
+        "rank_dies.py",
+        expect="D20",
+        first_rank=1,
+        launch="python",
+        bound_s=40,
+        env={"TRIAGE_REPRO_HOW": "raise"},
+    ),
+    Scenario(
+        "X3-SPAWN",
+        "mp.spawn: the OOM killer sends SIGKILL to process 1 while process 0 is still evaluating",
+        "rank_dies.py",
+        expect="X3",
+        first_rank=1,
+        launch="python",
+        bound_s=40,
+        env={"TRIAGE_REPRO_HOW": "kill"},
+    ),
+    Scenario(
+        "P6-SPAWN",
+        "mp.spawn: process 1 segfaults in native code while process 0 is still evaluating",
+        "rank_dies.py",
+        expect="P6",
+        first_rank=1,
+        launch="python",
+        bound_s=40,
+        env={"TRIAGE_REPRO_HOW": "segv"},
+    ),
+    Scenario(
+        "E20",
+        "each rank sizes its embedding from the vocabulary of its own data shard, then builds DDP",
+        "ddp_model_differs.py",
+        expect="E20",
+        first_rank=1,  # only the rank whose shapes differ from rank 0's fails the check; rank 0 goes on
     ),
 )
 

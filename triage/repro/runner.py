@@ -122,10 +122,12 @@ def _wait_for_port(port: int, timeout: float) -> bool:
 
 def _torchrun(scenario: Scenario, extra: list[str], setting: Setting, log_dir: Path | None) -> list[str]:
     logs = ["--redirects", "3", "--log-dir", str(log_dir)] if log_dir is not None else []
+    # the deprecated launcher takes torchrun's options and also passes --local-rank to the script
+    module = "torch.distributed.launch" if scenario.launch == "launch" else "torch.distributed.run"
     return [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        module,
         *extra,
         *setting.torchrun_args,
         *logs,

@@ -39,6 +39,7 @@ STRUCTURAL_ANCHORS: tuple[str, ...] = (
     "last error:",  # NCCL's umbrella errors: the cause is on the next line
     "(most recent call first)",  # faulthandler's dump of a thread
     "terminated with the following error",  # mp.spawn naming the process whose traceback follows
+    "via signal sigterm",  # mp.spawn stopping the processes still running after one failed
     " busid ",  # NCCL's `comm ... rank 1 nranks 2 cudaDev 0 busId 86000`: which GPU each rank holds
     "<no_other_failures>",  # torchrun's summary: only one worker failed
 )

@@ -101,10 +101,13 @@ def is_context(event: Event) -> bool:
     return event.kind == "hit" and event.role in ("frame", "umbrella", "info")
 
 
-def consequences(events: list[Event], root_cause_alone: int | None = None) -> list[Event]:
+def consequences(
+    events: list[Event], root_cause_alone: int | None = None, root_cause: int | None = None
+) -> list[Event]:
     """The events (in time order) with the echoes and context the rules above find.
-    `root_cause_alone`: the rank torchrun's summary names as the only worker that failed."""
-    events = blamed_the_dead(unresolved_targets(events), root_cause_alone)
+    `root_cause_alone`: the rank torchrun's summary names as the only worker that failed;
+    `root_cause`: the rank the launcher saw fail first (torchrun's summary, mp.spawn's report)."""
+    events = blamed_the_dead(unresolved_targets(events), root_cause_alone, root_cause)
     named_cause = {
         e.rank
         for e in events
@@ -156,13 +159,17 @@ def unresolved_targets(events: list[Event]) -> list[Event]:
     return promoted
 
 
-def blamed_the_dead(events: list[Event], root_cause_alone: int | None = None) -> list[Event]:
+def blamed_the_dead(
+    events: list[Event], root_cause_alone: int | None = None, root_cause: int | None = None
+) -> list[Event]:
     """A rank that another rank's error names as the one that never arrived (`Ranks 1 failed to
     pass monitoredBarrier`) is only waited for when that rank was gone: the launcher reports it
     killed by a signal of its own (a segfault, SIGKILL, SIGABRT; not the SIGTERM it sends itself)
     or exiting with an error status it printed nothing about, whatever the timestamps say (the
     launcher notices a death only at its next poll); or it ended well while the naming rank was
-    torchrun's only failure (`root_cause_alone`): it had left."""
+    torchrun's only failure (`root_cause_alone`): it had left. So is a rank that had already
+    failed with an error of its own, earlier in the log or as the launcher's first observed
+    failure (`root_cause`: mp.spawn prints that process's traceback only after it has died)."""
     spoke = {
         e.rank for e in events if e.real and e.kind != "exit" and not is_launcher(e) and not is_context(e)
     }
@@ -174,16 +181,18 @@ def blamed_the_dead(events: list[Event], root_cause_alone: int | None = None) ->
         and e.real
         and (signalled(e.exit_code) or e.rank not in spoke)
     }
-    if not dead and root_cause_alone is None:
-        return events
+    # ranks with an error of their own: so far, and the launcher's first observed failure
+    failed: set[int | None] = {root_cause} if root_cause is not None and root_cause in spoke else set()
     result = []
     for event in events:
         named = _NAMES_ABSENT.search(event.text) if event.kind != "exit" else None
         if named is not None and event.rank not in dead:
             ranks = {int(r) for r in re.findall(r"\d+", named["ranks"])}
             left = root_cause_alone is not None and event.rank == root_cause_alone
-            if ranks & dead or (left and root_cause_alone not in ranks):
+            if ranks & (dead | failed) - {event.rank} or (left and root_cause_alone not in ranks):
                 event = _as_echo(event)
+        if event.real and event.kind != "exit" and not is_launcher(event) and not is_context(event):
+            failed.add(event.rank)
         result.append(event)
     return result
 
@@ -248,8 +257,8 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
         found.append(left)
     if first.real:
         echoes = survivor_echoes(events, first)
+        who = f"rank {first.rank}" if first.rank is not None else "one process"
         if echoes:
-            who = f"rank {first.rank}" if first.rank is not None else "one process"
             found.append(
                 Inferred(
                     DIVERGED,
@@ -259,6 +268,11 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
                     True,
                 )
             )
+        elif scan.spawn_stopped_others:
+            # mp.spawn prints only the failed process's traceback, then stops the others: they
+            # were still waiting (or working) when it failed, and print nothing of their own.
+            reason = f"{who} failed first with an error of its own; mp.spawn then stopped the other ranks"
+            found.append(Inferred(DIVERGED, DIVERGED_SCORE, (first,), reason, True))
     missing = _missing_traceback(scan, first) or _bare_abort(events, first)
     if missing is not None:
         found.append(missing)

@@ -14,6 +14,7 @@ Each becomes an event through the callback the scanner gives; the verdict decide
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,12 +36,21 @@ _LEGACY_EXIT = re.compile(
     r"(?:died with <Signals\.SIG\w+: (?P<signal>\d+)>|returned non-zero exit status (?P<code>\d+))"
 )
 _SPAWN_HEADER = re.compile(r"-- Process (?P<rank>\d+) terminated with the following error")
+# mp.spawn stopping the processes still running after one failed.
+_SPAWN_TEARDOWN = re.compile(r"multiprocessing/spawn\.py:\d+\] Terminating process \d+ via signal SIGTERM")
+# mp.spawn's report of a process that died without a Python exception (a signal, os._exit, sys.exit).
+_SPAWN_EXIT = re.compile(
+    r"\bprocess (?P<rank>\d+) terminated with (?:signal (?P<signal>SIG[A-Z0-9]+)|exit code (?P<code>\d+))"
+)
 _NCCL_COMM = re.compile(
     r"\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks \d+ cudaDev \d+ (?:nvmlDev \d+ )?busId (?P<bus>[0-9a-f]+)",
     re.IGNORECASE,
 )
 # torchrun's report of a failed worker: its "message" below is the launcher's summary, not a cause.
-_LAUNCHER_EXCEPTIONS = frozenset({"ChildFailedError"})
+_LAUNCHER_EXCEPTIONS = frozenset({"ChildFailedError", "ProcessRaisedException"})
+# mp.spawn's wrapper around the failed process's own exception, which it prints next (after
+# `-- Process N terminated with the following error:`): the wrapper is no failure of its own.
+_SPAWN_WRAPPER = "ProcessRaisedException"
 _WORDS = re.compile(r"[A-Za-z]{3}")  # a message, not a separator line
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 _ABORT = re.compile(r"terminate called without an active exception|terminate called recursively")
@@ -76,6 +86,8 @@ class Structure:
         self.emit = emit
         self.reader = RankReader()
         self.root_cause_rank: int | None = None
+        self.spawn_failed: int | None = None  # the process mp.spawn reports failed (its first)
+        self.spawn_stopped_others = False  # mp.spawn terminated processes still running after it
         self._no_other_marker = False  # torchrun's summary printed <NO_OTHER_FAILURES>
         self._summary_exits: dict[int, int] = {}  # worker -> exit code, as torchrun's summary lists them
         self._summary_rank: dict[int, tuple[int, int]] = {}  # source -> (worker rank, its `rank :` line)
@@ -132,6 +144,8 @@ class Structure:
         spawn = _SPAWN_HEADER.search(body)
         if spawn is not None:
             self._spawn_rank[source] = int(spawn["rank"])
+            if self.spawn_failed is None:  # mp.spawn reports the first process that failed
+                self.spawn_failed = int(spawn["rank"])
             return
         comm = _NCCL_COMM.search(body)
         if comm is not None:
@@ -193,7 +207,7 @@ class Structure:
             ):
                 self._message_next[source] = (number, rank, name)
             block = self.reader.exception(source, number, rank)
-            if not matched:
+            if not matched and name != _SPAWN_WRAPPER:
                 collective = block.collective if block is not None and block.collective else ""
                 self.emit(
                     source,
@@ -234,4 +248,20 @@ class Structure:
             code = -int(legacy["signal"]) if legacy["signal"] else int(legacy["code"])
             self.emit(source, number, Found("exit", int(legacy["rank"]), short[-200:], exit_code=code))
             return True
+        if _SPAWN_TEARDOWN.search(body):
+            self.spawn_stopped_others = True
+            return True
+        spawned = _SPAWN_EXIT.search(body)
+        if spawned:
+            status = _signal_exit(spawned["signal"]) if spawned["signal"] else int(spawned["code"])
+            self.emit(source, number, Found("exit", int(spawned["rank"]), short[-200:], exit_code=status))
+            return True
         return False
+
+
+def _signal_exit(name: str) -> int | None:
+    """The exit status a launcher gives a process ended by the signal `name` (-9 for SIGKILL)."""
+    try:
+        return -int(signal.Signals[name])
+    except KeyError:
+        return None

@@ -121,7 +121,8 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
     """The verdict for one scan."""
     scan.ranks.finish()
     ordered, ordered_by = order_events(scan)
-    events = consequences(ordered, scan.root_cause_rank if scan.no_other_failures else None)
+    first_seen = scan.root_cause_rank if scan.root_cause_rank is not None else scan.spawn_failed
+    events = consequences(ordered, scan.root_cause_rank if scan.no_other_failures else None, first_seen)
     own_lines: set[int | None] = {e.rank for e in events if not is_launcher(e) and e.rank is not None}
     real = [e for e in events if substantive(e, own_lines)] or [e for e in events if warning(e)]
     echoes = [e for e in events if e.echo]
@@ -190,6 +191,10 @@ def _with_rank(first: Event | None, events: list[Event], scan: Scan) -> Event | 
     died = {e.rank for e in events if e.kind == "exit" and e.real and e.rank is not None}
     if len(died) == 1 and first.kind in ("terminate", "abort", "hit"):
         return _replace_rank(first, died.pop())
+    # Every worker failed on its own, printing the same error without a rank (before the process
+    # group exists, torch puts no `[rankN]:` in front): torchrun's summary says which was first.
+    if scan.root_cause_rank in died and first.kind in ("terminate", "abort", "hit", "exception"):
+        return _replace_rank(first, scan.root_cause_rank)
     return first
 
 
