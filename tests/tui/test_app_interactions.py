@@ -137,7 +137,7 @@ async def test_search_to_result_and_back(kb: KnowledgeBase) -> None:
     app = make_app(kb, ScriptedRunner())
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("slash", *"all ranks on gpu 0")
+        await pilot.press("slash", *"every process piles onto gpu 0")
         await pilot.pause()
         listing = app.screen.query_one(SuggestionList)
         first = listing.chosen()
