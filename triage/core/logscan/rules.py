@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from triage.core.logscan.blocks import WaitPoint, mismatch
 from triage.core.logscan.scanner import SUBSTANTIVE_WEIGHT, Event, Scan
+from triage.core.logscan.structure import SIGABRT_EXIT
 
 DIVERGED = "D20"  # one rank failed with its own error and the others waited for it
 MISMATCH = "D21"  # ranks wait in collectives that will never pair up
@@ -54,7 +55,6 @@ SHARED_GPU_SCORE = 1.0
 _UNRESOLVED = re.compile(r"network addresses of \((?P<target>[^()]{1,200})\) cannot be retrieved \(gai error")
 # torch's monitored barrier naming the ranks that never arrived.
 _NAMES_ABSENT = re.compile(r"\bRanks? (?P<ranks>\d+(?:, ?\d+){0,64}) failed to pass monitoredBarrier")
-SIGABRT_EXIT = -6
 # A collective that ended because the other end of the connection went away.
 _PEER_GONE = re.compile(r"Connection (closed|reset) by peer|remote process exited", re.IGNORECASE)
 SPECIFIC_WEIGHT = 0.9  # a signature this specific keeps its meaning even after a timeout

@@ -30,7 +30,10 @@ _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (?P<code>-?\d+)")
 SUMMARY_LINES = 3  # the exitcode, error_file and traceback lines under a summary block's `rank :`
 _SUMMARY_ROOT = re.compile(r"Root Cause \(first observed failure\)", re.IGNORECASE)
 _NO_OTHER_FAILURES = "<NO_OTHER_FAILURES>"  # torchrun's summary: the root cause is the only failure
-SIGTERM_EXIT = -15  # the exit code of a worker torchrun stopped itself after another worker failed
+# Exit statuses as launchers report a death by signal (-N). SIGTERM: a worker torchrun stopped
+# itself after another failed; SIGABRT: a C++ abort (terminate).
+SIGTERM_EXIT = -int(signal.SIGTERM)
+SIGABRT_EXIT = -int(signal.SIGABRT)
 _LEGACY_EXIT = re.compile(
     r"CalledProcessError: Command '.*--local_rank=(?P<rank>\d+).*' "
     r"(?:died with <Signals\.SIG\w+: (?P<signal>\d+)>|returned non-zero exit status (?P<code>\d+))"
