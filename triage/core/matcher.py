@@ -96,7 +96,12 @@ class Hit(NamedTuple):
     @property
     def words(self) -> float:
         """The evidence from words alone (coverage and phrasing), without the signatures'."""
-        return self.raw - W_SIGNATURE * self.signature
+        return word_evidence(self.raw, self.signature)
+
+
+def word_evidence(raw: float, signature: float) -> float:
+    """An entry's raw score less what its matched signatures added: what the words alone say."""
+    return raw - W_SIGNATURE * signature
 
 
 class Match(NamedTuple):
@@ -351,11 +356,11 @@ def rank(kb: KnowledgeBase, text: str, top: int = 5) -> Match:
     conf = index.confidence
     best_raw = scored[0][0] if scored else 0.0
     second_raw = scored[1][0] if len(scored) > 1 else 0.0
-    by_words = [*sorted((raw - W_SIGNATURE * sig for raw, sig, *_ in scored), reverse=True)[:2], 0.0, 0.0]
+    by_words = [*sorted((word_evidence(raw, sig) for raw, sig, *_ in scored), reverse=True)[:2], 0.0, 0.0]
     hits = []
     probability = 0.0
     for i, (raw, sig, entry_id, reasons, position) in enumerate(scored[: max(top, 1)]):
-        words = raw - W_SIGNATURE * sig
+        words = word_evidence(raw, sig)
         lead = words - (by_words[1] if words >= by_words[0] else by_words[0])  # over every other entry
         if i > 0:  # ... and an entry ranked below the best is behind it, whatever its words say
             lead = min(lead, raw - best_raw)
