@@ -180,3 +180,20 @@ def test_lightning_message_on_the_lines_below_its_exception(kb: KnowledgeBase) -
         "            But your machine only has: []",
     ]
     assert found(kb, lines)[0] == "E9"
+
+
+def test_a_bare_cuda_error_belongs_to_the_rank_whose_process_group_ends(kb: KnowledgeBase) -> None:
+    """A device-side assert prints no rank; ProcessGroupNCCL's destructor then names the rank."""
+    lines = [
+        "/pytorch/aten/src/ATen/native/cuda/ScatterGatherKernel.cu:276: operator(): block: [0,0,0], thread:"
+        ' [26,0,0] Assertion `idx_dim >= 0 && idx_dim < index_size && "index out of bounds"` failed.',
+        "RuntimeError: CUDA error: device-side assert triggered",
+        "terminate called after throwing an instance of 'c10::Error'",
+        "  what():  NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:181, unhandled cuda error,"
+        " NCCL version 21.0.3",
+        "Process Group destroyed on rank 0",
+    ]
+    _, verdict = diagnose(kb, "\n".join(lines))
+    assert ids(verdict)[0] == "P5" and verdict.first_rank == 0, (ids(verdict), verdict.first)
+    _, unnamed = diagnose(kb, "\n".join(lines[:-1]))
+    assert unnamed.first_rank is None

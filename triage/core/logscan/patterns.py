@@ -31,6 +31,7 @@ STRUCTURAL_ANCHORS: tuple[str, ...] = (
     "first observed failure",
     "calledprocesserror",  # the legacy launcher's exit report
     "exits with return code",  # DeepSpeed's launcher's exit report
+    "destroyed on rank",  # `Process Group destroyed on rank 0`: the rank a bare error belongs to
     "traceback (most recent call last)",  # a rank's traceback, read as a block
     'file "',  # its frames: where the rank was blocked
     "optype=",  # watchdog and desync lines naming a rank's collective

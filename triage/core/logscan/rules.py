@@ -237,7 +237,7 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
     found.extend(_shared_gpu(scan))
     from triage.core.logscan.heads import from_heads  # heads.py builds on Inferred, defined here
 
-    found.extend(from_heads(scan.heads))
+    found.extend(from_heads(scan.heads, quiet=first is None))
     if first is None:
         return found
     restart = [e for e in events if e.kind == "hit" and e.entry_id == RESTART and not e.echo]
