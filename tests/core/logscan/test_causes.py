@@ -12,7 +12,7 @@ from pathlib import Path
 
 from triage.core.logscan.patterns import compile_signatures
 from triage.core.logscan.scanner import Scanner
-from triage.core.logscan.verdict import Verdict, decide
+from triage.core.logscan.verdict import THRESHOLD, Verdict, decide
 from triage.core.model import KnowledgeBase
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -68,19 +68,20 @@ def test_store_timeout_warnings_decide_when_the_traceback_is_cut_off(kb: Knowled
 
 
 def test_nccl_result_codes_separate_a_socket_error_from_an_internal_one(kb: KnowledgeBase) -> None:
-    """NCCL's proxy connect failing with res=3 (ncclInternalError) after a CUDA failure is no
-    network interface problem (MN2 is res=2, ncclSystemError: a socket)."""
+    """NCCL's proxy connect failing with res=3 (ncclInternalError) follows whatever failed before
+    it (here the verbs call that could not pin memory, E18): no network interface problem (MN2 is
+    res=2, ncclSystemError: a socket)."""
     internal = [
-        "Fri Aug 11 12:31:45 2023[1,0]<stdout>:tomte401:1850301:1881341 [0] transport.cc:154 NCCL WARN"
-        " Cuda failure 'invalid argument'",
-        "Fri Aug 11 12:31:45 2023[1,0]<stdout>:tomte401:1850301:1881358 [0] proxy.cc:1485 NCCL WARN"
-        " [Service thread] Error encountered progressing operation=Connect, res=3, closing connection",
+        "msm-h200-2:4016:4653 [7] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_create_cq failed with error"
+        " Cannot allocate memory",
+        "msm-h200-2:4016:4653 [7] NCCL INFO transport/net_ib.cc:659 -> 2",
+        "msm-h200-2:4011:4650 [2] proxy.cc:1533 NCCL WARN [Service thread] Error encountered progressing"
+        " operation=Connect, res=3, closing connection",
     ]
     _, verdict = diagnose(kb, "\n".join(internal))
     assert "MN2" not in ids(verdict), ids(verdict)
-    assert ids(verdict)[0] == "E16"
-    socket = internal[1].replace("res=3", "res=2")
-    _, verdict = diagnose(kb, socket)
+    assert ids(verdict)[0] == "E18"
+    _, verdict = diagnose(kb, internal[2].replace("res=3", "res=2"))
     assert ids(verdict)[0] == "MN2", ids(verdict)
 
 
@@ -197,3 +198,62 @@ def test_a_bare_cuda_error_belongs_to_the_rank_whose_process_group_ends(kb: Know
     assert ids(verdict)[0] == "P5" and verdict.first_rank == 0, (ids(verdict), verdict.first)
     _, unnamed = diagnose(kb, "\n".join(lines[:-1]))
     assert unnamed.first_rank is None
+
+
+def test_a_traceback_cut_off_before_its_error_is_read_from_its_deepest_frames(kb: KnowledgeBase) -> None:
+    """A paste that ends inside a traceback: the frames a signature knows say where it failed. With
+    the error line there, the same frames are only context beside it."""
+    frames = [
+        "Traceback (most recent call last):",
+        '  File "/home/u/.local/lib/python3.6/site-packages/torch/nn/modules/batchnorm.py", line 455, in forward',
+        "    world_size = torch.distributed.get_world_size(process_group)",
+        '  File "/home/u/.local/lib/python3.6/site-packages/torch/distributed/distributed_c10d.py", line 584,'
+        " in get_world_size",
+        "    return _get_group_size(group)",
+        '  File "/home/u/.local/lib/python3.6/site-packages/torch/distributed/distributed_c10d.py", line 200,'
+        " in _get_group_size",
+        "    _check_default_pg()",
+    ]
+    assert found(kb, frames)[0] == "E4"
+    error = "ValueError: Some value was out of range for this layer"
+    scanner = Scanner(compile_signatures(kb))
+    scanner.feed_block(scanner.source("paste"), "\n".join([*frames, error]).encode(), 1)
+    verdict = decide(scanner.scan, kb, fallback=False)
+    assert [(d.entry_id, d.score < THRESHOLD) for d in verdict.diagnoses] == [("E4", True)]
+
+
+def test_torchrun_summary_alone_names_its_root_cause_rank(kb: KnowledgeBase) -> None:
+    """torchrun lists the other failures above the root cause: when its summary is all the log
+    has, the root cause is the first failing rank."""
+
+    def block(rank: int, pid: int) -> list[str]:
+        return [
+            f"[{0 if rank == 0 else 1}]:",
+            "  time      : 2024-12-31_16:45:52",
+            "  host      : server",
+            f"  rank      : {rank} (local_rank: {rank})",
+            f"  exitcode  : -7 (pid: {pid})",
+            "  error_file: <N/A>",
+            f"  traceback : Signal 7 (SIGBUS) received by PID {pid}",
+        ]
+
+    summary = [
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "tools/train_rec.py FAILED",
+        "Failures:",
+        *block(1, 467398),
+        "Root Cause (first observed failure):",
+        *block(0, 467397),
+    ]
+    _, verdict = diagnose(kb, "\n".join(summary))
+    assert ids(verdict)[0] == "E3" and verdict.first_rank == 0, (ids(verdict), verdict.first)
+
+
+def test_ddp_unused_parameter_report_names_its_rank(kb: KnowledgeBase) -> None:
+    lines = [
+        "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new"
+        " one. This error indicates that your module has parameters that were not used in producing loss.",
+        "Parameters which did not receive grad for rank 4: model.22.cv4.2.2.bias, model.22.cv4.2.2.weight",
+    ]
+    _, verdict = diagnose(kb, "\n".join(lines))
+    assert ids(verdict)[0] == "D8" and verdict.first_rank == 4, (ids(verdict), verdict.first)

@@ -136,6 +136,7 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
     # With only echoes, the first one that names its rank says who was waiting.
     ranked_echoes = [e for e in echoes if e.rank is not None] or echoes
     first = real[0] if real else (ranked_echoes[0] if echoes else (hints[0] if hints else None))
+    first = _summary_root_cause(first, real, scan)
     first = _with_rank(first, events, scan)
 
     waiting, suspects = _rank_roles(events, first)
@@ -214,6 +215,16 @@ def _with_rank(first: Event | None, events: list[Event], scan: Scan) -> Event | 
     return first
 
 
+def _summary_root_cause(first: Event | None, real: list[Event], scan: Scan) -> Event | None:
+    """When the launcher's reports are all the log has of the failure, torchrun's summary says which
+    worker failed first (`Root Cause (first observed failure)`), though it lists the others above it."""
+    if first is None or not is_launcher(first) or scan.root_cause_rank in (None, first.rank):
+        return first
+    reports = [e for e in real if e.rank == scan.root_cause_rank and is_launcher(e)]
+    same = [e for e in reports if e.kind == first.kind and e.entry_id == first.entry_id]
+    return (same or reports or [first])[0]
+
+
 def spawn_peer(first: Event | None, scan: Scan) -> int | None:
     """The process that died first when mp.spawn reported the survivor instead: mp.spawn prints the
     traceback of the first process it finds dead, and when the survivor's wait broke at the same
@@ -270,13 +281,18 @@ def _score(
         if event.kind == "hit" and event.entry_id in kb.entries:
             grouped.setdefault(event.entry_id, []).append(event)
     weak_first = first is not None and (first.echo or (first.kind == "hit" and first.weight < 0.5))
+    # A paste cut off inside a traceback, before its error line: its frames are all there is, and
+    # the deepest ones a signature knows say where it failed (at half their weight).
+    cut_off = first is None or (first.kind == "hit" and first.role == "frame")
     result = []
     for entry_id, hits in grouped.items():
         causes = [e for e in hits if not is_context(e)]
         best = max((e.weight * _factor(e, echo_factor, warning_factor) for e in causes), default=0.0)
         context = max((e.weight * CONTEXT_FACTOR for e in hits if is_context(e)), default=0.0)
-        if not causes:
+        if not causes and not cut_off:
             best = min(context, THRESHOLD - 0.01)  # context alone never makes a finding
+        elif not causes:
+            best = max((e.weight * CONTEXT_FACTOR for e in hits if e.role == "frame"), default=0.0)
         # more ranks showing it, or more lines when the log names no ranks
         ranked = {e.rank for e in causes if e.rank is not None}
         places = len(ranked) if ranked else len({(e.source, e.line) for e in causes})
