@@ -257,3 +257,19 @@ def test_ddp_unused_parameter_report_names_its_rank(kb: KnowledgeBase) -> None:
     ]
     _, verdict = diagnose(kb, "\n".join(lines))
     assert ids(verdict)[0] == "D8" and verdict.first_rank == 4, (ids(verdict), verdict.first)
+
+
+def test_spawn_reporting_a_rank_whose_peers_had_ended_well(kb: KnowledgeBase) -> None:
+    """mp.spawn: rank 0 waits in a barrier only it calls; rank 1 ends its work and exits cleanly,
+    so rank 0 loses its peer. mp.spawn had no process left to stop: the others ended well. Rank 0
+    is the first (and only) failure, and the barrier nobody else called is the cause (D21)."""
+    _, verdict = diagnose(kb, (DATA / "spawn-peer-left-barrier.log").read_text())
+    assert ids(verdict)[0] == "D21", ids(verdict)
+    assert verdict.first_rank == 0 and not verdict.first_rank_reason
+
+
+def test_spawn_reporting_a_timeout_keeps_the_rank_that_gave_up(kb: KnowledgeBase) -> None:
+    """A timeout is no lost peer: the rank mp.spawn reports timed out first (rank 1, in the barrier
+    after its shorter loop)."""
+    _, verdict = diagnose(kb, (DATA / "spawn-timeout-reported.log").read_text())
+    assert verdict.first_rank == 1 and not verdict.first_rank_reason, (ids(verdict), verdict.first)

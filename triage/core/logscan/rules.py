@@ -85,6 +85,11 @@ class Inferred:
     explains_first: bool
 
 
+def peer_gone(text: str) -> bool:
+    """A collective that ended because the other end of the connection went away."""
+    return _PEER_GONE.search(text) is not None
+
+
 def is_launcher(event: Event) -> bool:
     """A line of the launcher reporting on its workers (an exit, the failure summary, a teardown)."""
     return event.kind == "exit" or _launcher_text(event.text)
@@ -316,9 +321,12 @@ def _peer_left(events: list[Event], first: Event, scan: Scan) -> Inferred | None
     """The only failure is one rank's wait that ended with its peer gone (`Connection closed by
     peer`), and torchrun saw every other worker end well: the peer finished its loop and left
     while this rank still had batches to run."""
-    if not (first.echo and first.rank is not None and scan.no_other_failures):
+    # mp.spawn reporting this rank, with no other process left to stop: the others had ended, and
+    # well (a process that failed first would have been the one reported)
+    spawn_alone = scan.spawn_failed == first.rank and scan.spawn_stopped == 0
+    if not (first.echo and first.rank is not None and (scan.no_other_failures or spawn_alone)):
         return None
-    if not (_PEER_GONE.search(first.text) or _NAMES_ABSENT.search(first.text)):
+    if not (peer_gone(first.text) or _NAMES_ABSENT.search(first.text)):
         return None  # a timeout: the peer may still be computing (MN3), not gone
     if any(
         e.rank != first.rank and (e.real or e.echo) and not is_launcher(e)
@@ -326,6 +334,16 @@ def _peer_left(events: list[Event], first: Event, scan: Scan) -> Inferred | None
         if e.rank is not None
     ):
         return None  # the summary's lines about a worker torchrun stopped are not that worker's words
+    wait = scan.ranks.waits.get(first.rank)
+    if wait is not None and wait.collective == "barrier" and peer_gone(first.text):
+        # A barrier the others left without ever calling: a barrier only some ranks reach (a
+        # rank-0-only save or evaluation), not a loop that ran out of batches mid-step.
+        where = f" ({wait.where})" if wait.where else ""
+        reason = (
+            f"rank {first.rank} lost its peer inside a barrier{where} while no other rank failed:"
+            " the other ranks ended without ever calling it"
+        )
+        return Inferred(MISMATCH, PEER_LEFT_SCORE, (first,), reason, True)
     return Inferred(
         PEER_LEFT,
         PEER_LEFT_SCORE,

@@ -24,7 +24,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from triage.core.logscan.rules import consequences, inferred, is_context, is_launcher, substantive, warning
+from triage.core.logscan.rules import (
+    consequences,
+    inferred,
+    is_context,
+    is_launcher,
+    peer_gone,
+    substantive,
+    warning,
+)
 from triage.core.logscan.scanner import OWN_ERROR_KINDS, Event, Scan
 from triage.core.logscan.structure import SIGTERM_EXIT
 from triage.core.model import KnowledgeBase
@@ -227,12 +235,14 @@ def _summary_root_cause(first: Event | None, real: list[Event], scan: Scan) -> E
 
 def spawn_peer(first: Event | None, scan: Scan) -> int | None:
     """The process that died first when mp.spawn reported the survivor instead: mp.spawn prints the
-    traceback of the first process it finds dead, and when the survivor's wait broke at the same
-    moment (`Connection closed by peer`, a timeout) that may be the survivor's, an echo. With two
-    processes (the other one stopped by mp.spawn, no higher rank anywhere) the other one failed."""
+    traceback of the first process it finds dead, and when the survivor lost its peer at the same
+    moment (`Connection closed by peer`) that may be the survivor's, an echo. With two processes,
+    the other one still there for mp.spawn to stop (it was dying: a process that had ended well
+    would be gone) and no higher rank anywhere, the other one failed. A timeout is no such echo:
+    the rank that gave up waiting is the first to report."""
     if first is None or not first.echo or first.rank not in (0, 1) or first.rank != scan.spawn_failed:
         return None
-    if scan.spawn_stopped > 1 or any(rank > 1 for rank in scan.ranks_seen):
+    if not peer_gone(first.text) or scan.spawn_stopped != 1 or any(rank > 1 for rank in scan.ranks_seen):
         return None
     return 1 - first.rank
 
