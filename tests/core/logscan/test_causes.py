@@ -273,3 +273,17 @@ def test_spawn_reporting_a_timeout_keeps_the_rank_that_gave_up(kb: KnowledgeBase
     after its shorter loop)."""
     _, verdict = diagnose(kb, (DATA / "spawn-timeout-reported.log").read_text())
     assert verdict.first_rank == 1 and not verdict.first_rank_reason, (ids(verdict), verdict.first)
+
+
+def test_a_rank_that_ended_while_another_waited_in_a_barrier_it_never_called(kb: KnowledgeBase) -> None:
+    """torchrun --log-dir: rank 0 alone calls a barrier at the end; rank 1 prints `done` and exits,
+    its teardown aborting (SIGABRT, `terminate called without an active exception`) with the group
+    still alive. Rank 0 loses it inside the barrier: the barrier only one rank calls (D21), not a
+    rank that died without a word (P4)."""
+    root = DATA / "barrier-alone-log-dir"
+    scanner = Scanner(compile_signatures(kb))
+    for path in [root / "console.log", *sorted(root.glob("attempt_0/*/std*.log"))]:
+        scanner.feed_block(scanner.source(str(path.relative_to(root))), path.read_bytes(), 1)
+    verdict = decide(scanner.scan, kb)
+    assert ids(verdict)[0] == "D21", ids(verdict)
+    assert all(d.score < THRESHOLD for d in verdict.diagnoses if d.entry_id == "P4")

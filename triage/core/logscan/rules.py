@@ -278,10 +278,21 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
             # were still waiting (or working) when it failed, and print nothing of their own.
             reason = f"{who} failed first with an error of its own; mp.spawn then stopped the other ranks"
             found.append(Inferred(DIVERGED, DIVERGED_SCORE, (first,), reason, True))
-    missing = _missing_traceback(scan, first) or _bare_abort(events, first)
+    missing = _missing_traceback(scan, first) or _bare_abort(events, first, scan)
     if missing is not None:
         found.append(missing)
     return found
+
+
+def _left_in_barrier(events: list[Event], gone: int | None, scan: Scan) -> Event | None:
+    """Another rank's loss of `gone` inside a barrier (a barrier `gone` never called)."""
+    for event in events:
+        if event.rank in (None, gone) or not event.echo or not peer_gone(event.text):
+            continue
+        wait = scan.ranks.waits.get(event.rank)
+        if wait is not None and wait.collective == "barrier":
+            return event
+    return None
 
 
 def _mismatch(pair: tuple[WaitPoint, WaitPoint], events: list[Event], first: Event | None) -> list[Inferred]:
@@ -354,10 +365,11 @@ def _peer_left(events: list[Event], first: Event, scan: Scan) -> Inferred | None
     )
 
 
-def _bare_abort(events: list[Event], first: Event) -> Inferred | None:
+def _bare_abort(events: list[Event], first: Event, scan: Scan) -> Inferred | None:
     """A rank that died of SIGABRT whose only words are `terminate called without an active
     exception` (a process torn down with its process group alive, as after sys.exit; the line has
-    no rank prefix of its own): nothing says why it stopped."""
+    no rank prefix of its own): nothing says why it stopped. Unless another rank lost it inside a
+    barrier: then it had simply ended, never calling that barrier (D21)."""
     if first.rank is None:
         return None
     aborted = any(e.kind == "exit" and e.rank == first.rank and e.exit_code == SIGABRT_EXIT for e in events)
@@ -369,6 +381,13 @@ def _bare_abort(events: list[Event], first: Event) -> Inferred | None:
         for e in events
     ):
         return None
+    waiting = _left_in_barrier(events, first.rank, scan)
+    if waiting is not None:
+        reason = (
+            f"rank {first.rank} ended (its abort is a teardown's, with no error) while rank {waiting.rank}"
+            " waited in a barrier it never called"
+        )
+        return Inferred(MISMATCH, MISMATCH_SCORE, (waiting, first), reason, True)
     return Inferred(
         MISSING_TRACEBACK,
         MISSING_SCORE,
