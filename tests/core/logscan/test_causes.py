@@ -287,3 +287,17 @@ def test_a_rank_that_ended_while_another_waited_in_a_barrier_it_never_called(kb:
     verdict = decide(scanner.scan, kb)
     assert ids(verdict)[0] == "D21", ids(verdict)
     assert all(d.score < THRESHOLD for d in verdict.diagnoses if d.entry_id == "P4")
+
+
+def test_a_rank_still_in_backward_while_another_is_past_its_loop_is_uneven_data(kb: KnowledgeBase) -> None:
+    """DDP under torchrun: rank 1 has fewer batches and reaches the epoch's metric all-reduce while
+    rank 0 is still in a step's backward (DDP's gradient all-reduce); gloo's size check aborts rank
+    1. A collective mismatch, read across ranks: the ranks ran different numbers of steps (D9)."""
+    _, verdict = diagnose(kb, (DATA / "ddp-uneven-metric-allreduce.log").read_text())
+    assert ids(verdict)[:2] == ["D9", "D19"], ids(verdict)
+    assert verdict.first_rank == 1
+    # the size mismatch alone (no rank in backward) stays the desync (D19)
+    text = (DATA / "ddp-uneven-metric-allreduce.log").read_text().replace("in backward", "in forward")
+    text = text.replace("_engine_run_backward", "_engine_run_forward")
+    _, alone = diagnose(kb, text)
+    assert ids(alone)[0] == "D19", ids(alone)

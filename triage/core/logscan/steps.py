@@ -1,0 +1,55 @@
+"""Ranks at different training steps: one still inside a step's backward (DDP's gradient
+all-reduce) while another has left the loop. Reading the ranks' tracebacks the way an engineer
+would, that is uneven data (D9): the rank with fewer batches went on to what follows the loop
+(a metric all-reduce, a barrier) and met a peer still training.
+
+- one rank waits in backward while another waits in a collective that is not a backward: they
+  are at different steps (a rank-conditional backward does not happen; D21's collectives are
+  the ones written under `if rank == 0`);
+- the first failure is a collective mismatch (gloo's size check, the desync report) on a rank
+  that is not in backward while another rank is: the same, caught by the mismatch check.
+"""
+
+from __future__ import annotations
+
+from triage.core.logscan.rules import Inferred
+from triage.core.logscan.scanner import Event, Scan
+
+UNEVEN = "D9"
+UNEVEN_SCORE = 1.2  # over the mismatch (D21, 1.1) and the size check's own signature (D19)
+DESYNC = "D19"  # the entry whose signatures name a collective mismatch
+
+
+def uneven_steps(events: list[Event], first: Event | None, scan: Scan) -> list[Inferred]:
+    """D9 when one rank is still in a training step's backward and another is past its loop."""
+    waits = scan.ranks.waits
+    backward = sorted(rank for rank, wait in waits.items() if wait.collective == "backward")
+    if not backward:
+        return []
+    elsewhere = sorted(rank for rank, wait in waits.items() if wait.collective != "backward")
+    mismatch = (
+        first is not None
+        and first.kind == "hit"
+        and first.entry_id == DESYNC
+        and not first.echo
+        and first.rank is not None
+        and first.rank not in backward
+    )
+    if not elsewhere and not mismatch:
+        return []
+    training = waits[backward[0]]
+    where = f" ({training.where})" if training.where else ""
+    if elsewhere:
+        other = waits[elsewhere[0]]
+        past = f"rank {other.rank} waits in {other.collective}" + (f" ({other.where})" if other.where else "")
+    else:
+        assert first is not None
+        past = f"rank {first.rank} failed a collective of another size or kind"
+    reason = (
+        f"rank {training.rank} is still in a training step's backward{where} while {past}:"
+        " the ranks ran different numbers of steps (one had fewer batches)"
+    )
+    evidence = tuple(
+        e for e in events if (e.source, e.line) == (training.source, training.line) or e is first
+    )
+    return [Inferred(UNEVEN, UNEVEN_SCORE, evidence, reason, True)]
