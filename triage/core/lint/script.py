@@ -286,9 +286,10 @@ class Script:
                 found.add("torch.distributed")
         for call in self.call_list:
             name = call.name
-            if name.startswith(("torch.distributed.", "torch.nn.parallel.")) and not _single_process_import(
-                name
-            ):
+            if (
+                name.startswith(("torch.distributed.", "torch.nn.parallel."))
+                or (name.startswith("torch.") and call.tail == "DistributedSampler")
+            ) and not _single_process_import(name):
                 found.add("torch.distributed")
             elif call.tail in SPAWNERS and name.startswith("torch.multiprocessing"):
                 found.add("spawn")

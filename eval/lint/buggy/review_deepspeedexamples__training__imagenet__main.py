@@ -1,5 +1,9 @@
-# triage eval (lint clean set): https://github.com/microsoft/DeepSpeedExamples/blob/83757d9c937daabd1089a08051061706cb73900d/training/imagenet/main.py
-# Licence: Apache-2.0 (c) Microsoft Corporation; the file below is unmodified.
+# source: https://github.com/microsoft/DeepSpeedExamples/blob/83757d9c937daabd1089a08051061706cb73900d/training/imagenet/main.py
+# established (review of the maintained file, session 5; it was in clean/): the save gate
+#   `args.gpu is None` holds on every rank under the deepspeed launcher, so every rank writes
+#   checkpoint.pth.tar.
+# expect: TRG023
+# (the file unmodified below this header; licence: Apache-2.0 (c) Microsoft Corporation)
 import argparse
 import os
 import pdb

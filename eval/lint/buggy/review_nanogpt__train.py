@@ -1,5 +1,10 @@
-# triage eval (lint clean set): https://github.com/karpathy/nanoGPT/blob/3adf61e154c3fe3fca428ad6bc3818b27a3b8291/train.py
-# Licence: MIT (c) 2022 Andrej Karpathy; the file below is unmodified.
+# source: https://github.com/karpathy/nanoGPT/blob/3adf61e154c3fe3fca428ad6bc3818b27a3b8291/train.py
+# established (review of the maintained file, session 5; it was in clean/): estimate_loss() runs
+#   the DDP model under master_process; on the non-flash attention path its buffers make the forward
+#   broadcast, which the other ranks never join. Also compiled before DDP (TRG051, a performance
+#   defect).
+# expect: TRG036
+# (the file unmodified below this header; licence: MIT (c) 2022 Andrej Karpathy)
 """
 This training script can be run both on a single gpu in debug mode,
 and also in a larger training run with distributed data parallel (ddp).

@@ -1,5 +1,8 @@
-# triage eval (lint clean set): https://github.com/yl4579/StyleTTS2/blob/5cedc71c333f8d8b8551ca59378bdcc7af4c9529/train_finetune_accelerate.py
-# Licence: MIT (c) 2023 Aaron (Yinghao) Li; the file below is unmodified.
+# source: https://github.com/yl4579/StyleTTS2/blob/5cedc71c333f8d8b8551ca59378bdcc7af4c9529/train_finetune_accelerate.py
+# established (review of the maintained file, session 5; it was in clean/): an Accelerate script
+#   that creates its SummaryWriter and torch.saves its checkpoints on every process.
+# expect: TRG023
+# (the file unmodified below this header; licence: MIT (c) 2023 Aaron (Yinghao) Li)
 # load packages
 import random
 import yaml

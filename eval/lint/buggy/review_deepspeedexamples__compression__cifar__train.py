@@ -1,5 +1,8 @@
-# triage eval (lint clean set): https://github.com/microsoft/DeepSpeedExamples/blob/83757d9c937daabd1089a08051061706cb73900d/compression/cifar/train.py
-# Licence: Apache-2.0 (c) Microsoft Corporation; the file below is unmodified.
+# source: https://github.com/microsoft/DeepSpeedExamples/blob/83757d9c937daabd1089a08051061706cb73900d/compression/cifar/train.py
+# established (review of the maintained file, session 5; it was in clean/): every rank torch.saves
+#   the same path, and `if not isdir: makedirs` races (albertfgu/diffwave-sashimi#8).
+# expect: TRG023
+# (the file unmodified below this header; licence: Apache-2.0 (c) Microsoft Corporation)
 from __future__ import print_function
 import os
 

@@ -1,5 +1,9 @@
-# triage eval (lint clean set): https://github.com/pytorch/examples/blob/77f55b912142e11fcfdf5b530231fb9c52f181e8/distributed/ddp/example.py
-# Licence: BSD-3-Clause (c) 2017 PyTorch contributors; the file below is unmodified.
+# source: https://github.com/pytorch/examples/blob/77f55b912142e11fcfdf5b530231fb9c52f181e8/distributed/ddp/example.py
+# established (review of the maintained file, session 5; it was in clean/):
+#   set_device_index(int(RANK)) and .to(rank): right on one node, `invalid device ordinal` on the
+#   second.
+# expect: TRG003
+# (the file unmodified below this header; licence: BSD-3-Clause (c) 2017 PyTorch contributors)
 import argparse
 import os
 import sys

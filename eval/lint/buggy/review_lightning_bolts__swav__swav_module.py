@@ -1,5 +1,9 @@
-# triage eval (lint clean set): https://github.com/Lightning-AI/lightning-bolts/blob/2c4602aa684e7b90e7ffdcea1d3f93a20f9c2ead/src/pl_bolts/models/self_supervised/swav/swav_module.py
-# Licence: Apache-2.0 (c) Lightning AI; the file below is unmodified.
+# source: https://github.com/Lightning-AI/lightning-bolts/blob/2c4602aa684e7b90e7ffdcea1d3f93a20f9c2ead/src/pl_bolts/models/self_supervised/swav/swav_module.py
+# established (review of the maintained file, session 5; it was in clean/): setup() runs on every
+#   rank and does `if not exists: makedirs` on one shared folder: the ranks race into
+#   FileExistsError.
+# expect: TRG023
+# (the file unmodified below this header; licence: Apache-2.0 (c) Lightning AI)
 """Adapted from official swav implementation: https://github.com/facebookresearch/swav."""
 import os
 from argparse import ArgumentParser

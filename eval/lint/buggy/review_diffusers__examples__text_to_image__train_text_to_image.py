@@ -1,5 +1,9 @@
-# triage eval (lint clean set): https://github.com/huggingface/diffusers/blob/58eb52c0803ea9af3abec60841c2a093bdf1f951/examples/text_to_image/train_text_to_image.py
-# Licence: Apache-2.0 (c) The HuggingFace Team; the file below is unmodified.
+# source: https://github.com/huggingface/diffusers/blob/58eb52c0803ea9af3abec60841c2a093bdf1f951/examples/text_to_image/train_text_to_image.py
+# established (review of the maintained file, session 5; it was in clean/):
+#   accelerator.save_state() under is_main_process: with DeepSpeed every process must call it
+#   (huggingface/diffusers#2606).
+# expect: TRG036
+# (the file unmodified below this header; licence: Apache-2.0 (c) The HuggingFace Team)
 #!/usr/bin/env python
 # coding=utf-8
 # Copyright 2025 The HuggingFace Inc. team. All rights reserved.

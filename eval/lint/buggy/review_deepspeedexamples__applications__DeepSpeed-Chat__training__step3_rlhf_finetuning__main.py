@@ -1,5 +1,9 @@
-# triage eval (lint clean set): https://github.com/microsoft/DeepSpeedExamples/blob/83757d9c937daabd1089a08051061706cb73900d/applications/DeepSpeed-Chat/training/step3_rlhf_finetuning/main.py
-# Licence: Apache-2.0 (c) Microsoft Corporation; the file below is unmodified.
+# source: https://github.com/microsoft/DeepSpeedExamples/blob/83757d9c937daabd1089a08051061706cb73900d/applications/DeepSpeed-Chat/training/step3_rlhf_finetuning/main.py
+# established (review of the maintained file, session 5; it was in clean/): shuffling
+#   DistributedSamplers and an epoch loop that never calls set_epoch; also a SummaryWriter on every
+#   rank (TRG023).
+# expect: TRG022
+# (the file unmodified below this header; licence: Apache-2.0 (c) Microsoft Corporation)
 #!/usr/bin/env python
 # Copyright (c) Microsoft Corporation.
 # SPDX-License-Identifier: Apache-2.0

@@ -1,5 +1,10 @@
-# triage eval (lint clean set): https://github.com/huggingface/accelerate/blob/16cb6eb80dd9aa8b4df1a63ef57863e455d53b83/examples/torch_native_parallelism/nd_parallel.py
-# Licence: Apache-2.0 (c) The HuggingFace Team; the file below is unmodified.
+# source: https://github.com/huggingface/accelerate/blob/16cb6eb80dd9aa8b4df1a63ef57863e455d53b83/examples/torch_native_parallelism/nd_parallel.py
+# established (review of the maintained file, session 5; it was in clean/):
+#   model.save_pretrained(out) after training runs on every process without is_main_process=: every
+#   rank writes the same files (Accelerate's guide saves with
+#   is_main_process=accelerator.is_main_process).
+# expect: TRG023
+# (the file unmodified below this header; licence: Apache-2.0 (c) The HuggingFace Team)
 # Copyright 2025 The HuggingFace Inc. team. All rights reserved.
 #
 # Licensed under the Apache License, Version 2.0 (the "License");

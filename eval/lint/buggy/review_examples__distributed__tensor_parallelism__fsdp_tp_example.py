@@ -1,5 +1,9 @@
-# triage eval (lint clean set): https://github.com/pytorch/examples/blob/77f55b912142e11fcfdf5b530231fb9c52f181e8/distributed/tensor_parallelism/fsdp_tp_example.py
-# Licence: BSD-3-Clause (c) 2017 PyTorch contributors; the file below is unmodified.
+# source: https://github.com/pytorch/examples/blob/77f55b912142e11fcfdf5b530231fb9c52f181e8/distributed/tensor_parallelism/fsdp_tp_example.py
+# established (review of the maintained file, session 5; it was in clean/): fully_shard on the
+#   root only: the whole transformer is one FSDP unit, gathered at once (a memory and overlap
+#   defect, not a failure).
+# expect: TRG012
+# (the file unmodified below this header; licence: BSD-3-Clause (c) 2017 PyTorch contributors)
 """
 This is the script to test 2D Parallel which combines Tensor/Sequence
 parallel with Fully Sharded Data Parallel (TP/SP + FSDP) on a example
