@@ -1,8 +1,8 @@
 # source: https://github.com/karpathy/nanoGPT/blob/3adf61e154c3fe3fca428ad6bc3818b27a3b8291/train.py
 # established (review of the maintained file, session 5; it was in clean/): estimate_loss() runs
 #   the DDP model under master_process; on the non-flash attention path its buffers make the forward
-#   broadcast, which the other ranks never join. Also compiled before DDP (TRG051, a performance
-#   defect).
+#   broadcast, which the other ranks never join (the pattern of jpata/particleflow#233 and
+#   huggingface/accelerate#2081).
 # expect: TRG036
 # (the file unmodified below this header; licence: MIT (c) 2022 Andrej Karpathy)
 """
