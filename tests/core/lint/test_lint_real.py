@@ -4,8 +4,10 @@ eval/lint/buggy are found; and the mechanisms that real code needed, each on its
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,19 +18,31 @@ EVAL = Path(__file__).resolve().parents[3] / "eval" / "lint"
 HEAD = "import os\nimport torch\nimport torch.distributed as dist\n"
 
 
-def _clean() -> list[tuple[str, str, str]]:
+def _split_of() -> Callable[[str], str]:
+    """bench/bench_lint_real.py's split of an eval file (train: tuned on; test: only measured)."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_lint_real", EVAL.parents[1] / "bench" / "bench_lint_real.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    split_of: Callable[[str], str] = module.split_of
+    return split_of
+
+
+def test_maintained_scripts_get_no_error_and_no_warning_on_the_train_split() -> None:
+    # A warning judged true on review moves its file to buggy/ (eval/lint/README.md); the test
+    # split's warnings are counted by the bench, not judged here, so that nothing is tuned on them.
+    split_of = _split_of()
+    files = sorted((EVAL / "clean").glob("*.py"))
+    assert len(files) >= 150
     found = []
-    for path in sorted((EVAL / "clean").glob("*.py")):
-        for f in lint_source(path.read_text(encoding="utf-8"), path.name):
-            found.append((path.name, f.code, f.severity))
-    return found
-
-
-def test_maintained_scripts_get_no_error_and_no_warning() -> None:
-    # A warning judged true on review moves its file to buggy/ (eval/lint/README.md).
-    found = _clean()
-    assert len(list((EVAL / "clean").glob("*.py"))) >= 100
-    assert [f for f in found if f[2] in ("error", "warning")] == []
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        for f in lint_source(text, path.name):
+            if f.severity == "error" or (f.severity == "warning" and split_of(text) == "train"):
+                found.append((path.name, f.code))
+    assert found == []
 
 
 def test_the_bugs_github_threads_established_are_found() -> None:
