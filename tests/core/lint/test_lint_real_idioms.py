@@ -100,3 +100,98 @@ def test_a_grad_scaler_where_an_assert_rules_fsdp_out_never_meets_fsdp() -> None
     """
     assert "TRG033" not in codes(body)
     assert "TRG033" in codes(body.replace('assert not args.fsdp, "FSDP not supported with amp"', "pass"))
+
+
+def test_a_function_handed_to_fire_at_module_level_is_the_job_not_a_hook() -> None:
+    # DeepSpeedExamples HelloDeepSpeed train_bert_ds.py before 6bd444a7: `fire.Fire(train)`.
+    body = """
+        import deepspeed
+        import fire
+        from torch.utils.tensorboard import SummaryWriter
+        def train(model, log_dir="runs"):
+            writer = SummaryWriter(log_dir=log_dir)
+            engine, _, _, _ = deepspeed.initialize(model=model)
+        if __name__ == "__main__":
+            fire.Fire(train)
+    """
+    assert "TRG023" in codes(body, head="import torch\n")
+
+
+def test_every_rank_making_or_deleting_one_directory_races() -> None:
+    body = """
+        import pathlib, shutil
+        dist.init_process_group("nccl")
+        out = pathlib.Path("runs") / "exp"
+        out.mkdir(exist_ok=False)
+        for old in sorted(pathlib.Path("ckpt").iterdir())[:-2]:
+            shutil.rmtree(old)
+    """
+    found = codes(body)
+    assert found.count("TRG023") == 2
+    fixed = body.replace("exist_ok=False", "parents=True, exist_ok=True").replace(
+        "shutil.rmtree(old)", "shutil.rmtree(old, ignore_errors=True)"
+    )
+    assert "TRG023" not in codes(fixed)
+
+
+def test_a_directory_made_under_if_not_exists_while_the_ranks_take_turns_is_made_once() -> None:
+    # lm-sys/FastChat train_flant5.py: `if rank != 0: barrier()` ... `if rank == 0: barrier()`.
+    body = """
+        dist.init_process_group("nccl")
+        def preprocess():
+            if dist.get_rank() != 0:
+                dist.barrier()
+            if not os.path.exists("preprocessed_data"):
+                os.mkdir("preprocessed_data")
+            if dist.get_rank() == 0:
+                dist.barrier()
+        preprocess()
+    """
+    assert "TRG023" not in codes(body)
+    racing = body.replace("            if dist.get_rank() != 0:\n                dist.barrier()\n", "")
+    assert "TRG023" in codes(racing)
+    in_turn = """
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        with accelerator.main_process_first():
+            if not os.path.isdir("cache"):
+                os.makedirs("cache")
+    """
+    assert "TRG023" not in codes(in_turn)
+
+
+def test_a_group_s_rank_zero_and_a_group_s_members_are_not_the_job_s_rank_zero() -> None:
+    # NVIDIA/Megatron-LM examples/mimo: `dist.get_rank(group=tp) == 0`, `_is_pg_member(group)`.
+    body = """
+        dist.init_process_group("nccl")
+        def count(t, group):
+            dist.all_reduce(t, group=group)
+            return t
+        def step(t, tp, dp):
+            if dist.get_rank(group=tp) == 0:
+                dist.all_reduce(t, group=dp)
+            if dist.get_rank(group=dp) >= 0:
+                count(t, dp)
+        step(torch.ones(1), None, None)
+    """
+    assert [c for c in codes(body) if c in ("TRG021", "TRG036")] == []
+    assert "TRG036" in codes(body.replace("dist.get_rank(group=tp) == 0", "dist.get_rank() == 0"))
+
+
+def test_a_nested_function_defined_after_a_rank_return_belongs_to_rank_zero() -> None:
+    # NVIDIA/Megatron-LM checkpointing.py: `if dist.is_initialized() and dist.get_rank() != 0: return`,
+    # then `def remove(...): shutil.rmtree(...)` and its call.
+    body = """
+        import shutil
+        dist.init_process_group("nccl")
+        def cleanup(old):
+            if dist.is_initialized() and dist.get_rank() != 0:
+                return
+            def remove(paths):
+                for path in paths:
+                    shutil.rmtree(path)
+            remove(old)
+        cleanup([])
+    """
+    assert "TRG023" not in codes(body)
+    assert "TRG023" in codes(body.replace("dist.is_initialized() and dist.get_rank() != 0", "len(old) > 9"))

@@ -88,12 +88,29 @@ def callbacks(ctx: Context) -> set[str]:
         arg.id
         for c in ctx.script.call_list
         if c.tail not in LAUNCHES  # a worker handed to mp.spawn runs on every rank
+        and not _starts_job(ctx, c.node)
         for arg in (*c.node.args, *(k.value for k in c.node.keywords))
         if isinstance(arg, ast.Name) and arg.id in ctx.script.functions
     }
     found = passed - called
     ctx.script.cache["reach.callbacks"] = found
     return found
+
+
+_ENTRY_TAILS = frozenset({"Fire", "run", "CLI", "cli", "main"})
+
+
+def _starts_job(ctx: Context, call: ast.Call) -> bool:
+    """`fire.Fire(train)`, `app.run(main)`, `jsonargparse.CLI(main)` at module level, or any call in
+    the `__main__` block: the function handed over is the job itself, run in every process."""
+    if _owners(ctx, call):
+        return False
+    if dotted(call.func).rsplit(".", 1)[-1] in _ENTRY_TAILS:
+        return True
+    return any(
+        isinstance(outer, ast.If) and "__main__" in ctx.script.text(outer.test, 200)
+        for outer in ctx.script.ancestors(call)
+    )
 
 
 def _owners(ctx: Context, node: ast.AST) -> list[str]:

@@ -1,8 +1,9 @@
 """D23: side effects every rank performs when one should.
 
 TRG023: every rank writes the same checkpoint (`torch.save`, `save_pretrained`, `save_file`), creates
-        the same directory without `exist_ok`, or starts its own tracker run (`wandb.init`,
-        `SummaryWriter`, `mlflow.start_run`).
+        the same directory without `exist_ok` (`os.makedirs`, `os.mkdir`, `Path.mkdir`), deletes the
+        same tree (`shutil.rmtree`), or starts its own tracker run (`wandb.init`, `SummaryWriter`,
+        `mlflow.start_run`).
 TRG037: every rank prints in the training loop or draws its own progress bar.
 
 Code counts as gated when it sits under a rank condition, or in a function of this file that is
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.patterns import loops_of
+from triage.core.lint.patterns import kwarg_true, loops_of
 from triage.core.lint.reach import anchored
 from triage.core.lint.script import Call, dotted
 
@@ -33,13 +34,16 @@ TRG023 = Rule(
         " that does not contain the rank, `save_pretrained` of a model without `is_main_process=` (not a"
         " tokenizer's or config's, nor in a script the HF Trainer runs, where each rank writes the same"
         " whole weights),"
-        " `safetensors` `save_file`, `os.makedirs` without `exist_ok=True`, and `wandb.init`,"
+        " `safetensors` `save_file`, `os.makedirs`, `os.mkdir` or `Path.mkdir` without `exist_ok=True`"
+        " (unless it is made under `if not exists:` while the ranks take turns, as in"
+        " `main_process_first()`), `shutil.rmtree` without `ignore_errors=True`, and `wandb.init`,"
         " `SummaryWriter` or `mlflow.start_run`."
     ),
     why=(
         "A distributed job is N copies of the script. N processes writing one checkpoint path at once"
         ' interleave or truncate each other\'s zip archive ("failed finding central directory" on'
-        " load), `os.makedirs` races into FileExistsError, and trackers get N runs per job."
+        " load), `os.makedirs` races into FileExistsError, `shutil.rmtree` of one tree by N processes"
+        " into FileNotFoundError, and trackers get N runs per job."
     ),
     example=(
         "import torch\nimport torch.distributed as dist\n\n"
@@ -246,12 +250,71 @@ def _write(ctx: Context, call: Call) -> str | None:
         return f"{name}() runs on every rank: one tracker run per process; start it on rank 0 only"
     if tail == "SummaryWriter" and "tensorboard" in name.lower():
         return "SummaryWriter() runs on every rank: one event file per process in the log directory; create it on rank 0 only"
+    if name == "shutil.rmtree" and not kwarg_true(call, "ignore_errors") and len(call.node.args) < 2:
+        return (
+            "shutil.rmtree() runs on every rank: the processes delete the same tree at once and all but"
+            " one fail with FileNotFoundError; delete on rank 0 (or pass ignore_errors=True)"
+        )
+    if (name == "os.makedirs" or _path_mkdir(ctx, call)) and _created_in_turn(ctx, call):
+        return None  # rank 0 creates it, the others find it there
     if name == "os.makedirs" and call.kwarg("exist_ok") is None:
         return (
             "os.makedirs() without exist_ok=True runs on every rank: all but the first race into"
             " FileExistsError; pass exist_ok=True or create it on rank 0"
         )
+    if _path_mkdir(ctx, call):
+        return (
+            f"{ctx.script.text(call.node.func, 40)}() without exist_ok=True runs on every rank: all but the"
+            " first race into FileExistsError; pass exist_ok=True or create it on rank 0"
+        )
     return None
+
+
+_IN_TURN = frozenset(
+    {"main_process_first", "local_main_process_first", "torch_distributed_zero_first", "zero_first"}
+)
+
+
+def _created_in_turn(ctx: Context, call: Call) -> bool:
+    """A directory made under `if not exists:` while the ranks take turns: inside
+    `with accelerator.main_process_first():` (or `torch_distributed_zero_first`), or after
+    `if rank != 0: dist.barrier()` in the same function (rank 0 goes first, then releases the
+    others with its own barrier). The first rank creates it; the others find it and skip."""
+    guarded = any(
+        isinstance(outer, ast.If)
+        and isinstance(outer.test, ast.UnaryOp)
+        and isinstance(outer.test.op, ast.Not)
+        and any(w in ctx.script.text(outer.test, 120) for w in ("exists", "isdir"))
+        for outer in ctx.script.ancestors(call.node)
+    )
+    if not guarded:
+        return False
+    for outer in ctx.script.ancestors(call.node):
+        if isinstance(outer, ast.With) and any(
+            isinstance(item.context_expr, ast.Call)
+            and dotted(item.context_expr.func).rsplit(".", 1)[-1] in _IN_TURN
+            for item in outer.items
+        ):
+            return True
+    return any(
+        isinstance(node, ast.If)
+        and node.lineno < call.node.lineno
+        and ctx.ranks.side(node.test, call.scope) == "nonzero"
+        and any(isinstance(c, ast.Call) and dotted(c.func).endswith("barrier") for c in ast.walk(node))
+        for node in ast.walk(call.scope)
+    )
+
+
+def _path_mkdir(ctx: Context, call: Call) -> bool:
+    """`os.mkdir(d)` or a pathlib `d.mkdir()` whose `exist_ok` is not true."""
+    if call.tail != "mkdir" or not (call.name == "os.mkdir" or call.receiver is not None):
+        return False
+    if call.name.startswith(("os.", "pathlib.")) and call.name != "os.mkdir":
+        return False
+    exist_ok = call.kwarg("exist_ok")
+    if exist_ok is None and call.name != "os.mkdir" and len(call.node.args) >= 3:
+        exist_ok = call.node.args[2]  # Path.mkdir(mode, parents, exist_ok)
+    return not (exist_ok is not None and not (isinstance(exist_ok, ast.Constant) and exist_ok.value is False))
 
 
 _METADATA_WORDS = ("config", "tokenizer", "processor", "feature_extractor")
