@@ -195,3 +195,40 @@ def test_a_nested_function_defined_after_a_rank_return_belongs_to_rank_zero() ->
     """
     assert "TRG023" not in codes(body)
     assert "TRG023" in codes(body.replace("dist.is_initialized() and dist.get_rank() != 0", "len(old) > 9"))
+
+
+def test_a_library_helper_that_picks_the_device_counts_as_binding_it() -> None:
+    # pytorch/torchtune recipes: `self._device = utils.get_device(device=cfg.device)`.
+    body = """
+        from torchtune import utils
+        dist.init_process_group("nccl")
+        device = utils.get_device(device="cuda")
+        buf = torch.zeros(4, device=torch.device("cuda"))
+    """
+    assert "TRG030" not in codes(body)
+    assert "TRG030" in codes(body.replace('        device = utils.get_device(device="cuda")\n', ""))
+
+
+def test_tracker_runs_named_per_rank_are_one_per_process_on_purpose() -> None:
+    # EleutherAI/gpt-neox: `wandb.init(group=group_name, name=f"{host}-{local_rank()}")`; a group
+    # alone is not enough (Emerge-Lab/PufferDrive#468 grouped the duplicate runs it made by mistake).
+    body = """
+        import wandb
+        dist.init_process_group("nccl")
+        wandb.init(project="neox", group="run-7", name=f"worker-{dist.get_rank()}")
+    """
+    assert "TRG023" not in codes(body)
+    assert "TRG023" in codes(body.replace(', name=f"worker-{dist.get_rank()}"', ""))
+
+
+def test_code_after_assert_rank_zero_runs_on_rank_zero_only() -> None:
+    # karpathy/nanochat checkpoint_manager.py: `assert int(os.environ.get('RANK', 0)) == 0`.
+    body = """
+        dist.init_process_group("nccl")
+        def save_checkpoint(path, state):
+            assert int(os.environ.get("RANK", 0)) == 0
+            torch.save(state, path)
+        save_checkpoint("model.pt", {})
+    """
+    assert "TRG023" not in codes(body)
+    assert "TRG023" in codes(body.replace('assert int(os.environ.get("RANK", 0)) == 0', "assert path"))

@@ -104,8 +104,26 @@ def _everyone(ctx: Context, call: Call) -> bool:
         (gate is None or gate.side == "nonzero")
         and ctx.ranks.per_rank(call.node)
         and not _conditional_expression(ctx, call)
+        and not _asserted_main(ctx, call)
         and anchored(ctx, call.node)
     )
+
+
+def _asserted_main(ctx: Context, call: Call) -> bool:
+    """`assert rank == 0` earlier in a block that holds the call: only rank 0 gets this far."""
+    child: ast.AST = call.node
+    for outer in ctx.script.ancestors(call.node):
+        for block in ("body", "orelse"):
+            statements = getattr(outer, block, None)
+            if isinstance(statements, list) and child in statements:
+                for statement in statements[: statements.index(child)]:
+                    if (
+                        isinstance(statement, ast.Assert)
+                        and ctx.ranks.side(statement.test, call.scope) == "zero"
+                    ):
+                        return True
+        child = outer
+    return False
 
 
 def _conditional_expression(ctx: Context, call: Call) -> bool:
@@ -247,6 +265,9 @@ def _write(ctx: Context, call: Call) -> str | None:
             " write the same files; pass is_main_process=(rank == 0) or save on rank 0"
         )
     if name in ("wandb.init", "mlflow.start_run"):
+        names = [k.value for k in call.node.keywords if k.arg in ("name", "id", "run_name")]
+        if any(_mentions_rank(ctx, value, call) for value in names):
+            return None  # one run per process on purpose, each named for its rank
         return f"{name}() runs on every rank: one tracker run per process; start it on rank 0 only"
     if tail == "SummaryWriter" and "tensorboard" in name.lower():
         return "SummaryWriter() runs on every rank: one event file per process in the log directory; create it on rank 0 only"
