@@ -232,3 +232,40 @@ def test_code_after_assert_rank_zero_runs_on_rank_zero_only() -> None:
     """
     assert "TRG023" not in codes(body)
     assert "TRG023" in codes(body.replace('assert int(os.environ.get("RANK", 0)) == 0', "assert path"))
+
+
+def test_file_work_under_main_or_deepspeed_is_the_main_process_s_everywhere_else() -> None:
+    # huggingface/diffusers examples: `if distributed_type == DEEPSPEED or is_main_process:` lets every
+    # rank into save_state (which DeepSpeed needs) around the clean-up of old checkpoints.
+    body = """
+        import shutil
+        from accelerate import Accelerator
+        from accelerate.utils import DistributedType
+        accelerator = Accelerator()
+        for step in range(100):
+            if accelerator.distributed_type == DistributedType.DEEPSPEED or accelerator.is_main_process:
+                for old in ["checkpoint-1"]:
+                    shutil.rmtree(old)
+                accelerator.save_state("checkpoint-2")
+    """
+    assert "TRG023" not in codes(body)
+    assert "TRG023" in codes(
+        body.replace(
+            "accelerator.distributed_type == DistributedType.DEEPSPEED or accelerator.is_main_process", "True"
+        )
+    )
+
+
+def test_a_temporary_directory_is_each_process_s_own() -> None:
+    # huggingface/accelerate utils/modeling.py: `folder = tempfile.mkdtemp()` ... `shutil.rmtree(folder)`.
+    body = """
+        import shutil, tempfile
+        dist.init_process_group("nccl")
+        def offload(state):
+            folder = tempfile.mkdtemp()
+            torch.save(state, os.path.join(folder, "w.pt"))
+            shutil.rmtree(folder)
+        offload({})
+    """
+    assert "TRG023" not in [c for c in codes(body)]
+    assert "TRG023" in codes(body.replace("tempfile.mkdtemp()", '"offload"'))

@@ -105,8 +105,26 @@ def _everyone(ctx: Context, call: Call) -> bool:
         and ctx.ranks.per_rank(call.node)
         and not _conditional_expression(ctx, call)
         and not _asserted_main(ctx, call)
+        and not _main_or_backend(ctx, call)
         and anchored(ctx, call.node)
     )
+
+
+def _main_or_backend(ctx: Context, call: Call) -> bool:
+    """`if is_main_process or distributed_type == DEEPSPEED:` lets every rank into a save that
+    DeepSpeed needs from all; the file work around it is rank 0's everywhere else, on purpose."""
+    child: ast.AST = call.node
+    for outer in ctx.script.ancestors(call.node):
+        if (
+            isinstance(outer, ast.If)
+            and child in outer.body
+            and isinstance(outer.test, ast.BoolOp)
+            and isinstance(outer.test.op, ast.Or)
+            and any(ctx.ranks.side(v, call.scope) == "zero" for v in outer.test.values)
+        ):
+            return True
+        child = outer
+    return False
 
 
 def _asserted_main(ctx: Context, call: Call) -> bool:
@@ -230,6 +248,21 @@ def _leaves(stmt: ast.stmt) -> bool:
     )
 
 
+def _temporary(ctx: Context, path: ast.AST, call: Call) -> bool:
+    """A path in `tempfile.mkdtemp()` (or a TemporaryDirectory) made in this function, directly or
+    through the names it is built from: each process's own."""
+    values: list[ast.AST] = [path]
+    for node in ast.walk(path):
+        if isinstance(node, ast.Name | ast.Attribute):
+            values += _assigned(ctx, node, call.scope)
+    return any(
+        "tempfile" in (ctx.script.qual(n.func) or "")
+        for value in values
+        for n in ast.walk(value)
+        if isinstance(n, ast.Call)
+    )
+
+
 def _in_memory(ctx: Context, target: ast.AST, call: Call) -> bool:
     """`torch.save(obj, buffer)` into an io.BytesIO made in the same function writes no file."""
     if not isinstance(target, ast.Name):
@@ -248,6 +281,8 @@ def _write(ctx: Context, call: Call) -> str | None:
     if name == "torch.save":
         target = call.node.args[1] if len(call.node.args) > 1 else call.kwarg("f")
         if target is None or _mentions_rank(ctx, target, call) or _in_memory(ctx, target, call):
+            return None
+        if _temporary(ctx, target, call):
             return None
         return f"torch.save() runs on every rank and the path does not contain the rank: {_SAME_FILE}"
     if tail == "save_file" and name.startswith("safetensors"):
@@ -271,7 +306,12 @@ def _write(ctx: Context, call: Call) -> str | None:
         return f"{name}() runs on every rank: one tracker run per process; start it on rank 0 only"
     if tail == "SummaryWriter" and "tensorboard" in name.lower():
         return "SummaryWriter() runs on every rank: one event file per process in the log directory; create it on rank 0 only"
-    if name == "shutil.rmtree" and not kwarg_true(call, "ignore_errors") and len(call.node.args) < 2:
+    if (
+        name == "shutil.rmtree"
+        and not kwarg_true(call, "ignore_errors")
+        and len(call.node.args) == 1
+        and not _temporary(ctx, call.node.args[0], call)
+    ):
         return (
             "shutil.rmtree() runs on every rank: the processes delete the same tree at once and all but"
             " one fail with FileNotFoundError; delete on rank 0 (or pass ignore_errors=True)"

@@ -59,6 +59,16 @@ _SINGLE_PROCESS_IMPORTS = (
 )
 
 
+def _project_setup_helper(target: str) -> bool:
+    """`from src.post_training.distributed import ddp_setup, ddp_wrap`: the project's own helpers
+    that start or wrap the distributed run say the script runs as several processes."""
+    *module, name = target.lower().split(".")
+    if not module or module[0] in ("torch", "accelerate", "deepspeed", "lightning", "pytorch_lightning"):
+        return False
+    words = name.split("_")
+    return "ddp" in words or name.startswith(("init_dist", "setup_dist", "dist_init", "init_distributed"))
+
+
 def _single_process_import(target: str) -> bool:
     return target.startswith(_SINGLE_PROCESS_IMPORTS)
 
@@ -276,6 +286,8 @@ class Script:
     def _frameworks(self) -> frozenset[str]:
         found: set[str] = set()
         for target in self.imports.values():
+            if _project_setup_helper(target):
+                found.add("torch.distributed")
             root = target.split(".", 1)[0]
             if root in _FRAMEWORK_ROOTS and not _single_process_import(target):
                 found.add(_FRAMEWORK_ROOTS[root])

@@ -53,7 +53,14 @@ def wrapper_kind(script: Script, call: ast.Call) -> Kind | None:
         return "hf_trainer"
     if tail == "compile" and name.startswith("torch") and call.args and isinstance(call.args[0], ast.Call):
         return wrapper_kind(script, call.args[0])
+    if _project_ddp_wrapper(tail) and not name.startswith("torch.") and tail not in script.functions:
+        return "ddp"  # the project's own `ddp_wrap(model, ctx)`, imported from its distributed helpers
     return None
+
+
+def _project_ddp_wrapper(tail: str) -> bool:
+    lowered = tail.lower()
+    return "ddp" in lowered.split("_") and ("wrap" in lowered or lowered.startswith("to_"))
 
 
 class Wrappers:
