@@ -269,3 +269,33 @@ def test_a_temporary_directory_is_each_process_s_own() -> None:
     """
     assert "TRG023" not in [c for c in codes(body)]
     assert "TRG023" in codes(body.replace("tempfile.mkdtemp()", '"offload"'))
+
+
+def test_an_argparse_rank_option_aliased_to_local_rank_holds_the_local_rank() -> None:
+    # kan-bayashi/ParallelWaveGAN train.py: `add_argument("--rank", "--local_rank", ...)`.
+    body = """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--rank", "--local_rank", default=0, type=int)
+        args = parser.parse_args()
+        torch.cuda.set_device(args.rank)
+        dist.init_process_group("nccl")
+    """
+    assert "TRG003" not in codes(body)
+    assert "TRG003" in codes(body.replace(', "--local_rank"', ""))
+
+
+def test_a_method_called_on_a_subscript_is_still_that_method() -> None:
+    # kan-bayashi/ParallelWaveGAN after #177: `self.sampler["train"].set_epoch(self.epochs)`.
+    body = """
+        from torch.utils.data import DataLoader, DistributedSampler
+        dist.init_process_group("nccl")
+        samplers = {"train": DistributedSampler(ds)}
+        loader = DataLoader(ds, sampler=samplers["train"])
+        for epoch in range(10):
+            samplers["train"].set_epoch(epoch)
+            for batch in loader:
+                step(batch)
+    """
+    assert "TRG022" not in codes(body)
+    assert "TRG022" in codes(body.replace('            samplers["train"].set_epoch(epoch)\n', ""))

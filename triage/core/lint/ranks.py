@@ -241,6 +241,7 @@ class RankModel:
 
     def _collect_names(self) -> None:
         script = self.script
+        self._local_rank_options()
         bindings: list[ast.Assign | ast.AnnAssign | ast.NamedExpr] = [
             *script.of_type(ast.Assign),
             *script.of_type(ast.AnnAssign),
@@ -270,6 +271,41 @@ class RankModel:
                         self._store(self.values, target.elts[0], "global", scope)
                 else:
                     self._bind(target, value, scope)
+
+    def _local_rank_options(self) -> None:
+        """`parser.add_argument("--rank", "--local_rank")`: the launcher passes the local rank, so
+        `args.rank` holds it, whatever the first option is called."""
+        options = [
+            call
+            for call in self.script.calls("add_argument")
+            if any(
+                isinstance(a, ast.Constant) and str(a.value).lstrip("-").replace("-", "_") == "local_rank"
+                for a in call.node.args
+            )
+        ]
+        holders = {
+            dotted(target)
+            for node in self.script.of_type(ast.Assign)
+            if isinstance(node.value, ast.Call) and dotted(node.value.func).endswith("parse_args")
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for call in options:
+            dest = call.kwarg("dest")
+            longs = [
+                str(a.value)
+                for a in call.node.args
+                if isinstance(a, ast.Constant) and str(a.value).startswith("--")
+            ]
+            name = (
+                str(dest.value)
+                if isinstance(dest, ast.Constant)
+                else longs[0][2:].replace("-", "_")
+                if longs
+                else ""
+            )
+            for holder in holders:
+                self.values.setdefault(self.script.tree, {})[f"{holder}.{name}"] = "local"
 
     def _bind_returned(self, target: ast.Tuple, function: FunctionNode) -> None:
         """Bind each name of `target` to what `function` returns at its position, where every

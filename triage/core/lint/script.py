@@ -99,7 +99,10 @@ class Call:
     tail: str = ""  # the last part of `name`: `barrier` for `torch.distributed.barrier`
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tail", self.name.rsplit(".", 1)[-1])
+        tail = self.name.rsplit(".", 1)[-1]
+        if not tail and isinstance(self.node.func, ast.Attribute):
+            tail = self.node.func.attr  # `self.sampler["train"].set_epoch(...)`: a method all the same
+        object.__setattr__(self, "tail", tail)
 
     @property
     def receiver(self) -> ast.expr | None:
