@@ -299,3 +299,17 @@ def test_a_method_called_on_a_subscript_is_still_that_method() -> None:
     """
     assert "TRG022" not in codes(body)
     assert "TRG022" in codes(body.replace('            samplers["train"].set_epoch(epoch)\n', ""))
+
+
+def test_a_guarded_mkdir_on_every_rank_is_told_as_the_race_it_is() -> None:
+    # huggingface/diffusers dreambooth: `if not class_images_dir.exists(): class_images_dir.mkdir(parents=True)`.
+    body = """
+        import pathlib
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        class_images_dir = pathlib.Path("class_images")
+        if not class_images_dir.exists():
+            class_images_dir.mkdir(parents=True)
+    """
+    found = [f for f in lint_source(HEAD + textwrap.dedent(body), "train.py") if f.code == "TRG023"]
+    assert len(found) == 1 and "two ranks can both find it missing" in found[0].message

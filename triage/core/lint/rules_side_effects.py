@@ -16,6 +16,7 @@ import ast
 from collections.abc import Iterator
 
 from triage.core.lint.context import Context
+from triage.core.lint.directories import created_in_turn, exists_guarded, path_mkdir
 from triage.core.lint.model import Finding, Rule
 from triage.core.lint.patterns import kwarg_true, loops_of
 from triage.core.lint.reach import anchored
@@ -316,66 +317,19 @@ def _write(ctx: Context, call: Call) -> str | None:
             "shutil.rmtree() runs on every rank: the processes delete the same tree at once and all but"
             " one fail with FileNotFoundError; delete on rank 0 (or pass ignore_errors=True)"
         )
-    if (name == "os.makedirs" or _path_mkdir(ctx, call)) and _created_in_turn(ctx, call):
+    if (name == "os.makedirs" or path_mkdir(ctx, call)) and created_in_turn(ctx, call):
         return None  # rank 0 creates it, the others find it there
-    if name == "os.makedirs" and call.kwarg("exist_ok") is None:
+    if (name == "os.makedirs" and call.kwarg("exist_ok") is None) or path_mkdir(ctx, call):
+        made = f"{ctx.script.text(call.node.func, 40)}() without exist_ok=True runs on every rank"
+        if exists_guarded(ctx, call):
+            return (
+                f"{made} under `if not exists:`: two ranks can both find it missing, and the second"
+                " mkdir raises FileExistsError; pass exist_ok=True or create it on rank 0"
+            )
         return (
-            "os.makedirs() without exist_ok=True runs on every rank: all but the first race into"
-            " FileExistsError; pass exist_ok=True or create it on rank 0"
-        )
-    if _path_mkdir(ctx, call):
-        return (
-            f"{ctx.script.text(call.node.func, 40)}() without exist_ok=True runs on every rank: all but the"
-            " first race into FileExistsError; pass exist_ok=True or create it on rank 0"
+            f"{made}: all but the first race into FileExistsError; pass exist_ok=True or create it on rank 0"
         )
     return None
-
-
-_IN_TURN = frozenset(
-    {"main_process_first", "local_main_process_first", "torch_distributed_zero_first", "zero_first"}
-)
-
-
-def _created_in_turn(ctx: Context, call: Call) -> bool:
-    """A directory made under `if not exists:` while the ranks take turns: inside
-    `with accelerator.main_process_first():` (or `torch_distributed_zero_first`), or after
-    `if rank != 0: dist.barrier()` in the same function (rank 0 goes first, then releases the
-    others with its own barrier). The first rank creates it; the others find it and skip."""
-    guarded = any(
-        isinstance(outer, ast.If)
-        and isinstance(outer.test, ast.UnaryOp)
-        and isinstance(outer.test.op, ast.Not)
-        and any(w in ctx.script.text(outer.test, 120) for w in ("exists", "isdir"))
-        for outer in ctx.script.ancestors(call.node)
-    )
-    if not guarded:
-        return False
-    for outer in ctx.script.ancestors(call.node):
-        if isinstance(outer, ast.With) and any(
-            isinstance(item.context_expr, ast.Call)
-            and dotted(item.context_expr.func).rsplit(".", 1)[-1] in _IN_TURN
-            for item in outer.items
-        ):
-            return True
-    return any(
-        isinstance(node, ast.If)
-        and node.lineno < call.node.lineno
-        and ctx.ranks.side(node.test, call.scope) == "nonzero"
-        and any(isinstance(c, ast.Call) and dotted(c.func).endswith("barrier") for c in ast.walk(node))
-        for node in ast.walk(call.scope)
-    )
-
-
-def _path_mkdir(ctx: Context, call: Call) -> bool:
-    """`os.mkdir(d)` or a pathlib `d.mkdir()` whose `exist_ok` is not true."""
-    if call.tail != "mkdir" or not (call.name == "os.mkdir" or call.receiver is not None):
-        return False
-    if call.name.startswith(("os.", "pathlib.")) and call.name != "os.mkdir":
-        return False
-    exist_ok = call.kwarg("exist_ok")
-    if exist_ok is None and call.name != "os.mkdir" and len(call.node.args) >= 3:
-        exist_ok = call.node.args[2]  # Path.mkdir(mode, parents, exist_ok)
-    return not (exist_ok is not None and not (isinstance(exist_ok, ast.Constant) and exist_ok.value is False))
 
 
 _METADATA_WORDS = ("config", "tokenizer", "processor", "feature_extractor")
