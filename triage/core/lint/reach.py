@@ -88,12 +88,29 @@ def callbacks(ctx: Context) -> set[str]:
         arg.id
         for c in ctx.script.call_list
         if c.tail not in LAUNCHES  # a worker handed to mp.spawn runs on every rank
+        and not _starts_job(ctx, c.node)
         for arg in (*c.node.args, *(k.value for k in c.node.keywords))
         if isinstance(arg, ast.Name) and arg.id in ctx.script.functions
     }
     found = passed - called
     ctx.script.cache["reach.callbacks"] = found
     return found
+
+
+_ENTRY_TAILS = frozenset({"Fire", "run", "CLI", "cli", "main"})
+
+
+def _starts_job(ctx: Context, call: ast.Call) -> bool:
+    """`fire.Fire(train)`, `app.run(main)`, `jsonargparse.CLI(main)` at module level, or any call in
+    the `__main__` block: the function handed over is the job itself, run in every process."""
+    if _owners(ctx, call):
+        return False
+    if dotted(call.func).rsplit(".", 1)[-1] in _ENTRY_TAILS:
+        return True
+    return any(
+        isinstance(outer, ast.If) and "__main__" in ctx.script.text(outer.test, 200)
+        for outer in ctx.script.ancestors(call)
+    )
 
 
 def _owners(ctx: Context, node: ast.AST) -> list[str]:
@@ -172,3 +189,37 @@ def has_entry(ctx: Context) -> bool:
     ) or any(c.tail in SETUP_TAILS and not _owners(ctx, c.node) for c in script.call_list)
     ctx.script.cache["reach.entry"] = entry
     return entry
+
+
+_EVALUATION_WORDS = ("eval", "valid", "test", "infer", "predict")
+
+
+def for_evaluation(ctx: Context, node: ast.AST) -> bool:
+    """Whether `node` serves evaluation only: its function is named for it or switches the model to
+    `.eval()`, or every call of that function in this file is inside such a function
+    (`get_dataloader(...)` called only from `pretrain_validation()`). An evaluation pass reads each
+    sample once; the order of its batches does not matter."""
+    function = next((a for a in ctx.script.ancestors(node) if isinstance(a, FunctionNode)), None)
+    if function is None:
+        return False
+    if _evaluates(function):
+        return True
+    calls = [c for c in ctx.script.call_list if ctx.script.local_function(c.node) is function]
+    holders = [
+        next((a for a in ctx.script.ancestors(c.node) if isinstance(a, FunctionNode)), None) for c in calls
+    ]
+    return bool(holders) and all(h is not None and _evaluates(h) for h in holders)
+
+
+def _evaluates(function: FunctionNode) -> bool:
+    """Named for evaluation (not for training too: `train_validate_test`), or switching the model to
+    `.eval()` and never training it (no `.train()`, `.backward()` or `.step()`)."""
+    name = function.name.lower()
+    if "train" not in name and any(word in name for word in _EVALUATION_WORDS):
+        return True
+    methods = {
+        inner.func.attr
+        for inner in ast.walk(function)
+        if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and not inner.args
+    }
+    return "eval" in methods and not methods & {"train", "backward", "step"}
