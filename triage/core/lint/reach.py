@@ -202,24 +202,42 @@ def for_evaluation(ctx: Context, node: ast.AST) -> bool:
     function = next((a for a in ctx.script.ancestors(node) if isinstance(a, FunctionNode)), None)
     if function is None:
         return False
-    if _evaluates(function):
+    if _evaluates(ctx, function):
         return True
-    calls = [c for c in ctx.script.call_list if ctx.script.local_function(c.node) is function]
-    holders = [
-        next((a for a in ctx.script.ancestors(c.node) if isinstance(a, FunctionNode)), None) for c in calls
-    ]
-    return bool(holders) and all(h is not None and _evaluates(h) for h in holders)
+    holders = _callers(ctx).get(id(function), [])
+    return bool(holders) and all(h is not None and _evaluates(ctx, h) for h in holders)
 
 
-def _evaluates(function: FunctionNode) -> bool:
+def _callers(ctx: Context) -> dict[int, list[FunctionNode | None]]:
+    """id(function of this file) -> the function around each call of it (None at module level)."""
+    cached = ctx.script.cache.get("reach.callers")
+    if isinstance(cached, dict):
+        return cached
+    found: dict[int, list[FunctionNode | None]] = {}
+    for c in ctx.script.call_list:
+        local = ctx.script.local_function(c.node)
+        if local is not None:
+            holder = next((a for a in ctx.script.ancestors(c.node) if isinstance(a, FunctionNode)), None)
+            found.setdefault(id(local), []).append(holder)
+    ctx.script.cache["reach.callers"] = found
+    return found
+
+
+def _evaluates(ctx: Context, function: FunctionNode) -> bool:
     """Named for evaluation (not for training too: `train_validate_test`), or switching the model to
     `.eval()` and never training it (no `.train()`, `.backward()` or `.step()`)."""
+    key = f"reach.evaluates.{id(function)}"
+    cached = ctx.script.cache.get(key)
+    if isinstance(cached, bool):
+        return cached
     name = function.name.lower()
-    if "train" not in name and any(word in name for word in _EVALUATION_WORDS):
-        return True
     methods = {
         inner.func.attr
         for inner in ast.walk(function)
         if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and not inner.args
     }
-    return "eval" in methods and not methods & {"train", "backward", "step"}
+    found = ("train" not in name and any(word in name for word in _EVALUATION_WORDS)) or (
+        "eval" in methods and not methods & {"train", "backward", "step"}
+    )
+    ctx.script.cache[key] = found
+    return found
