@@ -102,3 +102,26 @@ def test_a_line_two_entries_explain_goes_to_the_one_the_rest_of_the_log_supports
     windows = verdict_for(kb, WINDOWS)
     assert linux.diagnoses[0].entry_id == "E9"
     assert windows.diagnoses[0].entry_id == "E2"
+
+
+def test_the_query_engine_reads_the_line_of_code_above_an_exception(kb: KnowledgeBase) -> None:
+    """A bare `IndexError: list index out of range` says little; the line of code the traceback
+    quotes above it (`gpus[hvd.local_rank()]`) says which list: the GPUs this process can see."""
+    from triage.core.logscan.verdict import fallback_text
+
+    paste = (
+        "[1,1]<stderr>:Traceback (most recent call last):\n"
+        '[1,1]<stderr>:  File "tensorflow2_synthetic_benchmark.py", line 62, in <module>\n'
+        "[1,1]<stderr>:    tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], 'GPU')\n"
+        "[1,1]<stderr>:IndexError: list index out of range\n"
+    )
+    scanner = Scanner(compile_signatures(kb))
+    scanner.feed_block(scanner.source("paste"), paste.encode(), 1)
+    verdict = decide(scanner.scan, kb)
+    text = fallback_text(scanner.scan, scanner.scan.events)
+    assert text.splitlines() == [
+        "tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], 'GPU')",
+        "IndexError: list index out of range",
+    ]
+    assert verdict.by_query_engine and verdict.diagnoses[0].entry_id == "E5"
+    assert verdict.first_rank == 1

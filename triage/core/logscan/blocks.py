@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from triage.core.logscan.prefixes import split_prefix
+
 MAX_BLOCKS = 400  # blocks kept in full; later ones only update the per-rank wait points
 
 # A Python traceback, or faulthandler's dump of a thread (`Thread 0x... (most recent call first):`).
@@ -174,6 +176,19 @@ class RankReader:
         collective = canonical_collective(op["op"]) if op else None
         if collective is not None and rank is not None:
             self.waits.setdefault(rank, WaitPoint(rank, collective, "", number, source))
+
+
+def code_above(head: str, line: int) -> str | None:
+    """The line of the user's code a traceback quotes just above its error line `line` (1-based),
+    read from the kept start of the source (`gpus[hvd.local_rank()]` above `IndexError: list index
+    out of range` says what the index was); None when that line is not there or is no code."""
+    lines = head.splitlines()
+    if not 2 <= line <= len(lines):
+        return None
+    above = split_prefix(lines[line - 2]).body.strip()
+    if not above or _FRAME.match(above) or set(above) <= set("^~ ") or len(above) > 300:
+        return None
+    return above
 
 
 def mismatch(waits: dict[int, WaitPoint]) -> tuple[WaitPoint, WaitPoint] | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from triage.core.logscan.blocks import code_above
 from triage.core.logscan.rules import (
     consequences,
     inferred,
@@ -380,14 +381,16 @@ def _merge(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
 
 def fallback_text(scan: Scan, events: list[Event]) -> str:
     """What the query engine reads when no signature fires: the errors the ranks printed (not the
-    launcher's reports, not echoes), or the start of the log when the scan found none."""
+    launcher's reports, not echoes), each exception with the line of code its traceback quotes
+    above it, or the start of the log when the scan found none."""
     parts: list[str] = []
     seen: set[str] = set()
     for event in events:
         wanted = event.kind in OWN_ERROR_KINDS or (event.kind == "hit" and not event.echo)
         if wanted and not event.echo and not is_launcher(event) and event.text not in seen:
             seen.add(event.text)
-            parts.append(event.text)
+            code = code_above(scan.heads[event.source], event.line) if event.kind == "exception" else None
+            parts.extend([code, event.text] if code and code not in seen else [event.text])
     if not parts:
         parts = [head for head in scan.heads if head.strip()]
     return "\n".join(parts)[:FALLBACK_CHARS]
