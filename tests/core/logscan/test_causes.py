@@ -301,3 +301,15 @@ def test_a_rank_still_in_backward_while_another_is_past_its_loop_is_uneven_data(
     text = text.replace("_engine_run_backward", "_engine_run_forward")
     _, alone = diagnose(kb, text)
     assert ids(alone)[0] == "D19", ids(alone)
+
+
+def test_a_stack_dump_inside_a_collective_with_no_failure_is_a_hang(kb: KnowledgeBase) -> None:
+    """faulthandler's dump of a rank's threads (torchrun --tee 3), its main thread inside
+    all_reduce, and no error anywhere: the job hangs in that collective (MN3, a weak finding)."""
+    text = (DATA / "faulthandler-dump-allreduce.log").read_text()
+    _, verdict = diagnose(kb, text)
+    assert verdict.found and ids(verdict)[0] == "MN3", ids(verdict)
+    assert verdict.diagnoses[0].score < 0.9
+    # with an error in the log, the dump only says where the rank was
+    _, failed = diagnose(kb, text + "[default0]:[rank0]: KeyError: 'labels'\n")
+    assert "MN3" not in ids(failed)[:1], ids(failed)

@@ -243,9 +243,9 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
     from triage.core.logscan.heads import from_heads  # heads.py builds on Inferred, defined here
 
     found.extend(from_heads(scan.heads, quiet=first is None))
-    from triage.core.logscan.steps import uneven_steps  # likewise
+    from triage.core.logscan.steps import hung_in_collective, uneven_steps  # likewise
 
-    found.extend(uneven_steps(events, first, scan))
+    found.extend(uneven_steps(events, first, scan) + hung_in_collective(first, scan))
     if first is None:
         return found
     restart = [e for e in events if e.kind == "hit" and e.entry_id == RESTART and not e.echo]

@@ -1,5 +1,7 @@
-"""Ranks at different training steps: one still inside a step's backward (DDP's gradient
-all-reduce) while another has left the loop. Reading the ranks' tracebacks the way an engineer
+"""Where the ranks' stacks stand. A stack dump (faulthandler, a traceback) that shows a rank
+inside a collective in a log where nothing failed is a job hanging in that collective (MN3: the
+rank waits for peers that do not arrive). And ranks at different training steps: one still inside a
+step's backward (DDP's gradient all-reduce) while another has left the loop. Reading the ranks' tracebacks the way an engineer
 would, that is uneven data (D9): the rank with fewer batches went on to what follows the loop
 (a metric all-reduce, a barrier) and met a peer still training.
 
@@ -15,6 +17,8 @@ from __future__ import annotations
 from triage.core.logscan.rules import Inferred
 from triage.core.logscan.scanner import Event, Scan
 
+HUNG = "MN3"  # a rank's stack inside a collective, and no failure anywhere: a hang in it
+HUNG_SCORE = 0.6  # a finding only where nothing else is (the mismatch of two ranks is D21's, 1.1)
 UNEVEN = "D9"
 UNEVEN_SCORE = 1.2  # over the mismatch (D21, 1.1) and the size check's own signature (D19)
 DESYNC = "D19"  # the entry whose signatures name a collective mismatch
@@ -53,3 +57,16 @@ def uneven_steps(events: list[Event], first: Event | None, scan: Scan) -> list[I
         e for e in events if (e.source, e.line) == (training.source, training.line) or e is first
     )
     return [Inferred(UNEVEN, UNEVEN_SCORE, evidence, reason, True)]
+
+
+def hung_in_collective(first: Event | None, scan: Scan) -> list[Inferred]:
+    """A rank's dumped stack inside a collective in a log where nothing failed: the job hangs there."""
+    if first is not None or not scan.ranks.waits:
+        return []
+    wait = min(scan.ranks.waits.values(), key=lambda w: w.rank)
+    where = f" ({wait.where})" if wait.where else ""
+    reason = (
+        f"rank {wait.rank}'s stack is inside {wait.collective}{where} and nothing failed: the job hangs"
+        " in that collective, waiting for ranks that do not arrive"
+    )
+    return [Inferred(HUNG, HUNG_SCORE, (), reason, False)]
