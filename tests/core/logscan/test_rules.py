@@ -71,6 +71,27 @@ def test_a_diverged_rank_is_no_mismatch(kb: KnowledgeBase) -> None:
     assert "D21" not in [d.entry_id for d in verdict.diagnoses]
 
 
+def test_a_rank_raising_in_its_own_code_inside_backward_is_not_waiting(kb: KnowledgeBase) -> None:
+    """Rank 1's custom autograd Function raised inside loss.backward() (its own frame is the
+    innermost); rank 0 is blocked in backward, in DDP's gradient all-reduce. Both tracebacks pass
+    through backward from the same line, yet only rank 0 waits there: no mismatch, rank 1 diverged."""
+    scanner, verdict = scan(kb, read("repro-D20-backward.log"))
+    assert {rank: w.collective for rank, w in scanner.scan.ranks.waits.items()} == {0: "backward"}
+    assert [d.entry_id for d in verdict.diagnoses][:1] == ["D20"]
+    assert verdict.first_rank == 1
+    assert "D21" not in [d.entry_id for d in verdict.diagnoses]
+
+
+def test_mp_spawn_reporting_the_survivor_names_its_lost_peer(kb: KnowledgeBase) -> None:
+    """mp.spawn printed only process 0's traceback: the all-reduce lost its peer (`Connection reset
+    by peer`) while process 1, whose NaN error died with it, was still cleaning up and was then
+    terminated. Of two processes the one that failed first is the peer, not the one reported."""
+    _, verdict = scan(kb, read("repro-spawn-survivor.log"))
+    assert verdict.diagnoses[0].entry_id == "D20"
+    assert verdict.first is not None and verdict.first.rank == 0 and verdict.first.echo
+    assert verdict.first_rank == 1
+
+
 def test_what_follows_a_watchdog_timeout_echoes_it(kb: KnowledgeBase) -> None:
     """The FlightRecorder hint, 'taking the entire process down', the C++ terminate and the
     SIGABRT exit all come after the timeout on the same rank: the timeout is the story."""

@@ -56,7 +56,7 @@ _UNRESOLVED = re.compile(r"network addresses of \((?P<target>[^()]{1,200})\) can
 # torch's monitored barrier naming the ranks that never arrived.
 _NAMES_ABSENT = re.compile(r"\bRanks? (?P<ranks>\d+(?:, ?\d+){0,64}) failed to pass monitoredBarrier")
 # A collective that ended because the other end of the connection went away.
-_PEER_GONE = re.compile(r"Connection (closed|reset) by peer|remote process exited", re.IGNORECASE)
+PEER_GONE = re.compile(r"Connection (closed|reset) by peer|remote process exited", re.IGNORECASE)
 SPECIFIC_WEIGHT = 0.9  # a signature this specific keeps its meaning even after a timeout
 # Launcher lines: torchrun reporting and tearing down, not a surviving worker's own output.
 _LAUNCHER = re.compile(
@@ -318,7 +318,7 @@ def _peer_left(events: list[Event], first: Event, scan: Scan) -> Inferred | None
     while this rank still had batches to run."""
     if not (first.echo and first.rank is not None and scan.no_other_failures):
         return None
-    if not (_PEER_GONE.search(first.text) or _NAMES_ABSENT.search(first.text)):
+    if not (PEER_GONE.search(first.text) or _NAMES_ABSENT.search(first.text)):
         return None  # a timeout: the peer may still be computing (MN3), not gone
     if any(
         e.rank != first.rank and (e.real or e.echo) and not is_launcher(e)

@@ -91,6 +91,7 @@ class Structure:
         self.root_cause_rank: int | None = None
         self.spawn_failed: int | None = None  # the process mp.spawn reports failed (its first)
         self.spawn_stopped_others = False  # mp.spawn terminated processes still running after it
+        self.spawn_stopped = 0  # how many it terminated
         self._no_other_marker = False  # torchrun's summary printed <NO_OTHER_FAILURES>
         self._summary_exits: dict[int, int] = {}  # worker -> exit code, as torchrun's summary lists them
         self._summary_rank: dict[int, tuple[int, int]] = {}  # source -> (worker rank, its `rank :` line)
@@ -253,6 +254,7 @@ class Structure:
             return True
         if _SPAWN_TEARDOWN.search(body):
             self.spawn_stopped_others = True
+            self.spawn_stopped += 1
             return True
         spawned = _SPAWN_EXIT.search(body)
         if spawned:

@@ -24,7 +24,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from triage.core.logscan.rules import consequences, inferred, is_context, is_launcher, substantive, warning
+from triage.core.logscan.rules import (
+    PEER_GONE,
+    consequences,
+    inferred,
+    is_context,
+    is_launcher,
+    substantive,
+    warning,
+)
 from triage.core.logscan.scanner import OWN_ERROR_KINDS, Event, Scan
 from triage.core.logscan.structure import SIGTERM_EXIT
 from triage.core.model import KnowledgeBase
@@ -150,7 +158,7 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
         found=found,
         diagnoses=diagnoses,
         first=first,
-        first_rank=first.rank if first else None,
+        first_rank=_spawn_peer(first, scan) if first else None,
         waiting_ranks=waiting,
         suspect_ranks=suspects,
         ordered_by=ordered_by,
@@ -196,6 +204,18 @@ def _with_rank(first: Event | None, events: list[Event], scan: Scan) -> Event | 
     if scan.root_cause_rank in died and first.kind in ("terminate", "abort", "hit", "exception"):
         return _replace_rank(first, scan.root_cause_rank)
     return first
+
+
+def _spawn_peer(first: Event, scan: Scan) -> int | None:
+    """The rank that failed first. mp.spawn prints only the traceback of the process it found dead
+    first; when that process only lost its peer (`Connection closed by peer`) it was the survivor,
+    and the peer's own error died with the peer. With two processes (spawn stopped exactly one
+    other), that peer is the other process."""
+    if first.rank is None or first.rank != scan.spawn_failed or first.rank > 1 or scan.spawn_stopped != 1:
+        return first.rank
+    if not (first.echo and PEER_GONE.search(first.text)):
+        return first.rank
+    return 1 - first.rank
 
 
 def _replace_rank(event: Event, rank: int) -> Event:
