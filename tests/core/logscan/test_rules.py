@@ -92,6 +92,14 @@ def test_mp_spawn_reporting_the_survivor_names_its_lost_peer(kb: KnowledgeBase) 
     assert verdict.first_rank == 1
 
 
+def test_mp_spawn_reporting_an_exit_status_is_a_missing_traceback(kb: KnowledgeBase) -> None:
+    """Process 1 called sys.exit(3) with nothing printed; the only traceback is mp.spawn's own,
+    which passes through the user's main() to report the exit: it is not the worker's."""
+    _, verdict = scan(kb, read("repro-spawn-exit.log"))
+    assert verdict.diagnoses[0].entry_id == "P4"
+    assert verdict.first_rank == 1
+
+
 def test_what_follows_a_watchdog_timeout_echoes_it(kb: KnowledgeBase) -> None:
     """The FlightRecorder hint, 'taking the entire process down', the C++ terminate and the
     SIGABRT exit all come after the timeout on the same rank: the timeout is the story."""

@@ -79,6 +79,7 @@ class Block:
     exception_line: int | None = None  # the line that ended it
     frames: int = 0
     newest_first: bool = False  # faulthandler's order (most recent call first), not a traceback's
+    spawn_parent: bool = False  # mp.spawn's own process, reporting a child's failure from join()
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,8 @@ class RankReader:
         if block.newest_first and block.user_frame is not None:
             return  # the innermost user frame and what it is inside are known: outer frames add nothing
         normalized = path.replace("\\", "/")
+        if func == "join" and normalized.endswith("torch/multiprocessing/spawn.py"):
+            block.spawn_parent = True
         if "torch/distributed/" in normalized:
             op = canonical_collective(func)
             if op is not None and not (block.newest_first and block.collective):
