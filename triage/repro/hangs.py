@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from triage.repro import HERE
-from triage.repro.runner import _SCRUB, TOKEN_VAR, end_processes, free_port, processes_with_token
+from triage.repro.runner import _SCRUB, TOKEN_VAR, by_hand, end_processes, free_port, processes_with_token
 
 MARKER = "# the suspect stops here"
 WAIT_MARKER = "# the others wait here"
@@ -180,22 +180,13 @@ HANGS: tuple[HangScenario, ...] = (
 LAUNCHERS = ("torch.distributed.run", "torchrun", "accelerate", "deepspeed")
 
 
-# A launch script written by hand: one `python` per rank with the rank's variables exported, in the
-# background, then `wait` (the interpreter is $0 and the training script $1 of the shell's command).
-_BY_HAND = (
-    "for r in $(seq 0 {last}); do RANK=$r LOCAL_RANK=$r WORLD_SIZE={world} MASTER_ADDR=127.0.0.1 "
-    'MASTER_PORT={port} "$0" "$@" & done; wait'
-)
-
-
 def launch_command(launcher: str, nproc: int, port: int, world: int = 0, nnodes: int = 1) -> list[str]:
     """The launcher's command line for `nproc` ranks on this machine (the script follows it):
     one of LAUNCHERS; "python", one process per rank started by a shell with the rank's variables
     (WORLD_SIZE `world`, or `nproc`); "script", the script starts its ranks itself (mp.spawn).
     torchrun is told of `nnodes` nodes, this one node 0."""
     if launcher == "python":
-        loop = _BY_HAND.format(last=nproc - 1, world=world or nproc, port=port)
-        return ["sh", "-c", loop, sys.executable]
+        return by_hand(nproc, port, world)
     if launcher == "script":
         return [sys.executable]
     if launcher == "torch.distributed.run":
