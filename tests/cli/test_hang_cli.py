@@ -82,6 +82,12 @@ def test_merge_refuses_a_file_that_is_not_its_json(tmp_path: Path) -> None:
     assert "not a regular file" in _one_line_error(_triage("merge", str(fifo)))
 
 
+def test_a_stray_argument_is_named_with_the_flag_meant() -> None:
+    assert "--pid 4242" in _one_line_error(_triage("4242"))
+    assert "'nodes'" in _one_line_error(_triage("nodes", "a.json"))
+    assert "usage: triage hang merge" in _one_line_error(_triage("merge"))
+
+
 def test_bad_timeouts_are_refused() -> None:
     for value in ("nan", "inf", "0", "-1"):
         assert "--timeout" in _one_line_error(_triage("--timeout", value, "--pid", "1"))

@@ -92,6 +92,15 @@ def test_a_directory_is_walked_and_a_broken_file_in_it_is_skipped(run_cli: Run, 
     assert data["skipped"] == [f"{tmp_path / 'pkg' / 'broken.py'}:1: syntax error: invalid syntax"]
 
 
+def test_a_dangling_link_in_a_directory_is_skipped_not_fatal(run_cli: Run, tmp_path: Path) -> None:
+    shutil.copy(FIXTURES / "TRG022_fail.py", tmp_path / "a.py")
+    (tmp_path / "gone.py").symlink_to(tmp_path / "deleted_since.py")
+    result = run_cli("lint", "--json", str(tmp_path))
+    data = json.loads(result.stdout)
+    assert result.returncode == 1 and data["files"] == 1
+    assert len(data["skipped"]) == 1 and "gone.py: cannot read" in data["skipped"][0]
+
+
 def test_explain_prints_the_rule_page(run_cli: Run) -> None:
     result = run_cli("lint", "--explain", "trg21", env={"NO_COLOR": "1"})
     assert result.returncode == 0

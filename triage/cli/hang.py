@@ -138,7 +138,12 @@ def run(args: argparse.Namespace) -> int:
     if not math.isfinite(args.timeout) or args.timeout <= 0:
         raise UserError("--timeout must be a positive number of seconds")
     if args.files:
-        if args.files[0] != "merge" or len(args.files) < 2:
+        if args.files[0] != "merge":
+            hint = f" (to read one process: --pid {args.files[0]})" if args.files[0].isdigit() else ""
+            raise UserError(
+                f"unknown argument {args.files[0]!r}{hint}; to merge nodes' pictures: triage hang merge NODE.json ..."
+            )
+        if len(args.files) < 2:
             raise UserError("usage: triage hang merge NODE.json [NODE.json ...]")
         try:
             picture, slots = merge([_load(p) for p in args.files[1:]])

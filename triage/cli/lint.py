@@ -179,7 +179,10 @@ def _key(path: Path) -> str:
 
 
 def _bytes(path: Path) -> bytes:
-    info = path.stat()
+    try:
+        info = path.stat()
+    except OSError as exc:  # a dangling link, or a file gone since the directory was listed
+        raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not stat.S_ISREG(info.st_mode):
         raise UserError(f"{path}: not a regular file")
     if info.st_size > MAX_FILE_BYTES:

@@ -192,13 +192,15 @@ _LOGIN_KEY = _lazy(r"(?P<head>\bwandb\s+login\s+(?:--?[\w\-]+\s+){0,4})(?P<key>[
 
 # -- 6. assignments -------------------------------------------------------------------------
 _ASSIGNMENT = _lazy(
-    r"(?P<name>(?<![A-Za-z0-9_.\-])[A-Za-z_][A-Za-z0-9_.\-]{0,128})"
+    r"(?P<name>(?<![A-Za-z0-9_.\-/\\])[A-Za-z_][A-Za-z0-9_.\-]{0,128})"  # not a path's last part
     r"(?P<sep>(?:\\*[\"'])?[ \t]{0,16}(?:=|:(?!//))[ \t]{0,16})"
     rf"(?P<value>{_QUOTED}|(?:(?![,;}}&`]){_CHAR}){{1,4096}})"
 )
-# Values that stand for a secret without being one: `$HF_TOKEN`, `<your key>`, `KEY=value`.
+# Values that stand for a secret without being one: `$HF_TOKEN`, `<your key>`, `KEY=value`; and the
+# status words of messages about one (`token: not set`, `Authentication: failed`).
 _PLACEHOLDER = _lazy(
-    r"^[\"']?(?:\$\{?\w+\}?|<[^<>]{0,64}>|value|\.\.\.|…|x{3,}|\*{3,}|none|null|true|false)[\"']?$",
+    r"^[\"']?(?:\$\{?\w+\}?|<[^<>]{0,64}>|value|\.\.\.|…|x{3,}|\*{3,}|none|null|true|false"
+    r"|not|no|set|unset|empty|missing|required|invalid|expired|failed|failure|denied|error)[\"']?$",
     re.IGNORECASE,
 )
 
