@@ -40,6 +40,9 @@ MATRIX = ("D20",)  # run live in every setting; the others in the default one (a
 HARVESTED_ONLY = frozenset(
     {
         "D1-WORLD",
+        "D13",
+        "D14",
+        "D20-ACCELERATE",
         "D1-RANK",
         "D1-SPAWN",
         "D4-SPAWN",

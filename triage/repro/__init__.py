@@ -32,6 +32,7 @@ class Scenario:
     first_rank: int | None  # the rank that fails first (None: no rank, e.g. a launcher error)
     # "torchrun" | "launch" (the deprecated `python -m torch.distributed.launch`) | "python" | "two-jobs"
     # | "shell" (one `python` per rank with RANK, WORLD_SIZE, MASTER_ADDR... exported, as a shell loop does)
+    # | "accelerate" (`accelerate launch --multi_gpu` with no config file)
     launch: str = "torchrun"
     bound_s: float = 60.0  # hard wall-clock limit for the whole run
     env: dict[str, str] = field(default_factory=dict)
@@ -56,7 +57,7 @@ class Scenario:
     def ranked(self) -> bool:
         """Whether a launcher starts the job's ranks (so a diagnosis can name the one that failed)."""
         return (
-            (self.launch in ("torchrun", "launch", "shell") or self.spawns_ranks)
+            (self.launch in ("torchrun", "launch", "shell", "accelerate") or self.spawns_ranks)
             and self.workers_start
             and not self.stopped_from_outside
         )
@@ -75,7 +76,7 @@ class Scenario:
         for item in SETTINGS:
             if item.name in self.skip:
                 continue
-            if self.launch in ("python", "shell") and (item.torchrun_args or item.log_dir):
+            if self.launch in ("python", "shell", "accelerate") and (item.torchrun_args or item.log_dir):
                 continue
             found.append(item)
         return tuple(found)
@@ -552,6 +553,30 @@ SCENARIOS: tuple[Scenario, ...] = (
         skip={
             "debug-detail": "under DETAIL every rank names the mismatch at once: that run is the D19 scenario's"
         },
+    ),
+    Scenario(
+        "D13",
+        "FSDP1 with sharding_strategy=HYBRID_SHARD and the model wrapped by hand (no wrap policy, no mesh)",
+        "fsdp_hybrid_manual.py",
+        expect="D13",
+        first_rank=None,  # every rank fails the same way
+    ),
+    Scenario(
+        "D20-ACCELERATE",
+        "launched with `accelerate launch`: rank 1 raises on a NaN loss while rank 0 waits in the all-reduce",
+        "train_diverged.py",
+        expect="D20",
+        first_rank=1,
+        launch="accelerate",
+        skip=_DDP_UNDER_DETAIL,
+        needs={"accelerate": "the launcher"},
+    ),
+    Scenario(
+        "D14",
+        "FSDP1 with bf16 MixedPrecision wraps the body; the fp32 head left outside it gets bf16 features",
+        "fsdp_mixed_precision_head.py",
+        expect="D14",
+        first_rank=None,  # every rank fails the same way
     ),
 )
 

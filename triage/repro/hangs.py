@@ -17,7 +17,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from triage.repro import HERE
-from triage.repro.runner import _SCRUB, TOKEN_VAR, by_hand, end_processes, free_port, processes_with_token
+from triage.repro.runner import (
+    _SCRUB,
+    TOKEN_VAR,
+    accelerate_launch,
+    by_hand,
+    end_processes,
+    free_port,
+    processes_with_token,
+)
 
 MARKER = "# the suspect stops here"
 WAIT_MARKER = "# the others wait here"
@@ -197,11 +205,7 @@ def launch_command(launcher: str, nproc: int, port: int, world: int = 0, nnodes:
             *_torchrun_args(nproc, port, nnodes),
         ]
     if launcher == "accelerate":
-        return [
-            sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", f"--num_processes={nproc}",
-            "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no",
-            "--main_process_ip=127.0.0.1", f"--main_process_port={port}",
-        ]  # fmt: skip
+        return accelerate_launch(nproc, port)
     if launcher == "deepspeed":  # its per-node launcher runs each rank as `python -u script --local_rank=N`
         return [
             sys.executable, "-m", "deepspeed.launcher.runner", f"--num_gpus={nproc}",

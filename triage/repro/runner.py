@@ -173,6 +173,8 @@ def _start(
     one whose output is the run's console and whose end is the run's end."""
     if scenario.launch == "shell":
         command = [*by_hand(WORLD, free_port()), str(scenario.path)]
+    elif scenario.launch == "accelerate":
+        command = [*accelerate_launch(WORLD, free_port()), str(scenario.path)]
     elif scenario.launch == "python":
         command = [sys.executable, str(scenario.path)]
     elif scenario.launch == "two-jobs":
@@ -209,6 +211,16 @@ def by_hand(nproc: int, port: int, world: int = 0) -> list[str]:
     return ["sh", "-c", loop, sys.executable]
 
 
+def accelerate_launch(nproc: int, port: int) -> list[str]:
+    """`accelerate launch` of `nproc` processes on this machine with no config file (it runs on the
+    CPU here); the script follows."""
+    return [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", f"--num_processes={nproc}",
+        "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no",
+        "--main_process_ip=127.0.0.1", f"--main_process_port={port}",
+    ]  # fmt: skip
+
+
 def run(
     scenario: Scenario, echo: Callable[[str], None] | None = None, setting: Setting = DEFAULT
 ) -> RunResult:
@@ -227,9 +239,8 @@ def run(
     leftover: list[int] = []
     with tempfile.TemporaryDirectory(prefix="triage-repro-") as workdir:
         env["TRIAGE_REPRO_CHECKPOINT"] = str(Path(workdir) / "checkpoint.pt")
-        log_dir = (
-            Path(workdir) / "logs" if setting.log_dir and scenario.launch not in ("python", "shell") else None
-        )
+        torchrun = scenario.launch in ("torchrun", "launch", "two-jobs")
+        log_dir = Path(workdir) / "logs" if setting.log_dir and torchrun else None
         reader: threading.Thread | None = None
         proc: subprocess.Popen[str] | None = None
         try:
