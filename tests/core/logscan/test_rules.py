@@ -2,7 +2,7 @@
 
 `nccl-*.log` were captured on one H100 under torch 2.11 / NCCL 2.28 (a kernel holding the GPU past
 a 5 s collective timeout, NCCL_SOCKET_IFNAME naming no interface, two ranks on one GPU); the
-`repro-*` files are the reproductions' output under torch 2.13 CPU/gloo; `fsdp-rank-skips-step.log`
+`repro-*` files and `spawn-exit-status.log` are the reproductions' output under torch 2.13 CPU/gloo; `fsdp-rank-skips-step.log`
 is a 2-rank FSDP run on gloo in which rank 1 skips a step.
 """
 
@@ -82,20 +82,10 @@ def test_a_rank_raising_in_its_own_code_inside_backward_is_not_waiting(kb: Knowl
     assert "D21" not in [d.entry_id for d in verdict.diagnoses]
 
 
-def test_mp_spawn_reporting_the_survivor_names_its_lost_peer(kb: KnowledgeBase) -> None:
-    """mp.spawn printed only process 0's traceback: the all-reduce lost its peer (`Connection reset
-    by peer`) while process 1, whose NaN error died with it, was still cleaning up and was then
-    terminated. Of two processes the one that failed first is the peer, not the one reported."""
-    _, verdict = scan(kb, read("repro-spawn-survivor.log"))
-    assert verdict.diagnoses[0].entry_id == "D20"
-    assert verdict.first is not None and verdict.first.rank == 0 and verdict.first.echo
-    assert verdict.first_rank == 1
-
-
 def test_mp_spawn_reporting_an_exit_status_is_a_missing_traceback(kb: KnowledgeBase) -> None:
     """Process 1 called sys.exit(3) with nothing printed; the only traceback is mp.spawn's own,
     which passes through the user's main() to report the exit: it is not the worker's."""
-    _, verdict = scan(kb, read("repro-spawn-exit.log"))
+    _, verdict = scan(kb, read("spawn-exit-status.log"))
     assert verdict.diagnoses[0].entry_id == "P4"
     assert verdict.first_rank == 1
 
