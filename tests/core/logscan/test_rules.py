@@ -2,8 +2,8 @@
 
 `nccl-*.log` were captured on one H100 under torch 2.11 / NCCL 2.28 (a kernel holding the GPU past
 a 5 s collective timeout, NCCL_SOCKET_IFNAME naming no interface, two ranks on one GPU); the
-`repro-*` files and `spawn-exit-status.log` are the reproductions' output under torch 2.13 CPU/gloo; `fsdp-rank-skips-step.log`
-is a 2-rank FSDP run on gloo in which rank 1 skips a step.
+`repro-*` files and `spawn-exit-status.log` are the reproductions' output under torch 2.13
+CPU/gloo; `fsdp-rank-skips-step.log` is a 2-rank FSDP run on gloo in which rank 1 skips a step.
 """
 
 from __future__ import annotations
