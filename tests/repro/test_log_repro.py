@@ -50,6 +50,7 @@ HARVESTED_ONLY = frozenset(
         "D20-BACKWARD",
         "D20-SPAWN-SURVIVOR",
         "MN3-SHELL",
+        "P1-CLIENT",
         "P4-SPAWN",
         "X1-CPU",
     }

@@ -578,6 +578,15 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect="D14",
         first_rank=None,  # every rank fails the same way
     ),
+    Scenario(
+        "P1-CLIENT",
+        "node 1 of two starts; nothing answers at the MASTER_ADDR:MASTER_PORT it was given",
+        "store_unreachable.py",
+        expect="P1",
+        first_rank=None,
+        launch="python",
+        bound_s=40,
+    ),
 )
 
 
