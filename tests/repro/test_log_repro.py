@@ -49,6 +49,7 @@ HARVESTED_ONLY = frozenset(
         "D19-GATHER",
         "D20-BACKWARD",
         "D20-SPAWN-SURVIVOR",
+        "E9-SPAWN",
         "MN3-SHELL",
         "P1-CLIENT",
         "P4-SPAWN",

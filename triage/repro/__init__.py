@@ -587,6 +587,17 @@ SCENARIOS: tuple[Scenario, ...] = (
         launch="python",
         bound_s=40,
     ),
+    Scenario(
+        "E9-SPAWN",
+        "mp.spawn with the tutorial's setup() asking for backend='nccl' on a machine with no usable GPU",
+        "spawn_setup.py",
+        expect="E9",
+        first_rank=None,  # every process fails the same way; spawn reports whichever it finds first
+        launch="python",
+        spawns_ranks=True,
+        bound_s=40,
+        env={"TRIAGE_REPRO_HOW": "nccl", "CUDA_VISIBLE_DEVICES": ""},
+    ),
 )
 
 

@@ -4,7 +4,9 @@ itself. How the setup goes wrong comes from TRIAGE_REPRO_HOW:
 - `port`: the port it hard-codes is still held by another job on this host (a previous run that
   has not exited, a colleague's job): process 0 cannot host the store there (D4);
 - `no-addr`: MASTER_ADDR is never set (the line was dropped when the script moved to a cluster
-  whose launcher used to set it): every process fails in init_process_group (D1).
+  whose launcher used to set it): every process fails in init_process_group (D1);
+- `nccl`: the setup asks for the NCCL backend, as the GPU version of the tutorial does, on a
+  machine with no usable GPU (here the CPU-only wheel): every process fails (E9).
 """
 
 import datetime
@@ -20,7 +22,8 @@ def setup(rank: int, world_size: int, port: int, how: str) -> None:
     if how != "no-addr":
         os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=10))
+    backend = "nccl" if how == "nccl" else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=10))
 
 
 def spawned(rank: int, world_size: int, port: int, how: str) -> None:
@@ -36,8 +39,11 @@ def main() -> None:
     how = os.environ.get("TRIAGE_REPRO_HOW", "port")
     with socket.socket() as other_job:  # the other job's store, listening on the port
         other_job.bind(("127.0.0.1", 0))
-        other_job.listen()
         port = other_job.getsockname()[1]
+        if how == "port":
+            other_job.listen()
+        else:
+            other_job.close()  # no other job: the port is free again
         mp.spawn(spawned, args=(2, port, how), nprocs=2)  # type: ignore[attr-defined,no-untyped-call]
 
 
