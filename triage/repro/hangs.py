@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -41,6 +42,7 @@ class HangScenario:
     idle_ticks: int = 0  # CPU ticks a frozen rank still uses between reads (init retrying to connect)
     nnodes: int = 1  # nodes the launcher expects; only this one is started (no worker starts at all)
     env: tuple[tuple[str, str], ...] = ()  # variables the script reads (its knobs)
+    collective: str = ""  # the collective the suspects wait in, where the test checks it
 
     @property
     def path(self) -> str:
@@ -175,6 +177,37 @@ HANGS: tuple[HangScenario, ...] = (
         nnodes=2,
         idle_ticks=6,
     ),
+    HangScenario(
+        "D21-thread",
+        "rank 0's saver thread waits in a barrier only rank 0 reaches; its main thread idles in join()",
+        "hang_thread.py",
+        "D21",
+        (0,),
+        collective="barrier",
+    ),
+    HangScenario(
+        "D21-object",
+        "only rank 0 calls broadcast_object_list; rank 1 waits in its first all_reduce",
+        "hang_object_broadcast.py",
+        "D21",
+        (0,),
+        collective="broadcast_object_list",
+    ),
+    HangScenario(
+        "D21-dcp",
+        "torch.distributed.checkpoint's save() called on rank 0 only: it waits for rank 1's plan",
+        "hang_dcp_save.py",
+        "D21",
+        (0,),
+        collective="gather_object",
+    ),
+    HangScenario(
+        "MN3-lock",
+        "rank 1 blocks on a lock file (flock) rank 0 never released; rank 0 waits in all_reduce",
+        "hang_file_lock.py",
+        "MN3",
+        (1,),
+    ),
 )
 # How each launcher starts a job of N local ranks on a loopback port: the command before the script.
 LAUNCHERS = ("torch.distributed.run", "torchrun", "accelerate", "deepspeed")
@@ -288,6 +321,21 @@ def hung_job(
     `launcher` is one of LAUNCHERS; `env` adds variables to the job's environment; `recorders` runs the script under
     with_recorders.py (Flight Recorder dumps, the debug server: see there), whose threads use a
     little CPU in a frozen job, so a few ticks per rank still count as quiet."""
+    with tempfile.TemporaryDirectory(prefix="triage-hang-") as scratch:
+        yield from _hung_job(
+            scenario, quiet_s, start_timeout_s, {**(env or {}), "TMPDIR": scratch}, recorders, launcher
+        )
+
+
+def _hung_job(
+    scenario: HangScenario,
+    quiet_s: float,
+    start_timeout_s: float,
+    env: Mapping[str, str],
+    recorders: bool,
+    launcher: str,
+) -> Iterator[HungJob]:
+    """hung_job's body; the job's TMPDIR (lock files, checkpoints) is a folder removed after it."""
     token = uuid.uuid4().hex
     port = free_port()
     job_env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
@@ -295,7 +343,7 @@ def hung_job(
         {TOKEN_VAR: token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore"}
     )
     job_env.update(scenario.env)
-    job_env.update(env or {})
+    job_env.update(env)
     script = [str(WITH_RECORDERS), scenario.path] if recorders else [scenario.path]
     if launcher == LAUNCHERS[0] and scenario.launcher != LAUNCHERS[0]:
         launcher = scenario.launcher

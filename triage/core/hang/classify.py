@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from triage.core.hang.stacks import Frame, LineContext, RankSample
+from triage.core.hang.stacks import Frame, LineContext, RankSample, ThreadStack
 
 # torch.distributed's Python entry points that block until every rank of the group arrives.
 COLLECTIVES = frozenset(
@@ -162,7 +162,50 @@ def _agent(base: RankState, sample: RankSample) -> RankState:
     return replace(base, kind="computing" if sample.active else "waiting", launcher=sample.launcher)
 
 
+def _called(frames: tuple[Frame, ...], inner: Frame) -> str:
+    """The collective the caller asked for: the outermost of the torch.distributed collectives
+    between `inner` and the caller's code (broadcast_object_list, not the broadcast inside it)."""
+    name = _short(inner.function)
+    for frame in frames[frames.index(inner) + 1 :]:
+        if not is_library(frame.file):
+            break
+        if "distributed_c10d" in frame.file and _short(frame.function) in COLLECTIVES:
+            name = _short(frame.function)
+    return name
+
+
+def in_distributed(frames: tuple[Frame, ...]) -> bool:
+    """Whether a stack waits in a torch.distributed collective or while a group forms."""
+    return any(
+        "torch/distributed/" in f.file and _short(f.function) in COLLECTIVES | INIT_CALLS for f in frames
+    )
+
+
+def _in_thread(base: RankState, sample: RankSample, thread: ThreadStack) -> RankState:
+    """The rank as its `thread` shows it: the collective is the thread's, and the main thread's
+    frames below it (the `join()` or `result()` that waits for the thread, under its rank tests)
+    count as the calls that led there."""
+    joined = replace(sample, frames=(*thread.frames, *sample.frames), active=thread.active, threads=())
+    state = classify(joined)
+    if state.kind not in ("collective", "init"):
+        return base
+    main = f", the main thread idle at {base.user_frame.where()}" if base.user_frame else ""
+    via = f"in thread {thread.name!r}{main}"
+    return replace(state, via=f"{state.via}; {via}" if state.via else via)
+
+
 def classify(sample: RankSample) -> RankState:
+    """Name what `sample` is doing, and the user frame that led there: its main thread, or the
+    thread that waits in a collective while the main thread idles (waits for that thread, or has
+    finished and waits for the interpreter's non-daemon threads)."""
+    state = _classify_main(sample)
+    if state.kind != "waiting":
+        return state
+    thread = next((t for t in sample.threads if in_distributed(t.frames)), None)
+    return _in_thread(state, sample, thread) if thread is not None else state
+
+
+def _classify_main(sample: RankSample) -> RankState:
     """Name what `sample`'s main thread is doing, and the user frame that led there."""
     base = RankState(sample.rank, sample.pid, sample.host, kind="unknown")
     if sample.error:
@@ -194,7 +237,9 @@ def classify(sample: RankSample) -> RankState:
         if in_dist and name in INIT_CALLS:
             return replace(base, kind="init", collective=forming)
         if in_dist and "distributed_c10d" in frame.file and name in COLLECTIVES:
-            return replace(base, kind="collective", collective=name, via="FSDP" if fsdp else "")
+            saver = next((_SAVERS[m] for f in frames for m in _SAVERS if m in f.file), "")
+            via = "FSDP" if fsdp else f"inside {saver}" if saver else ""
+            return replace(base, kind="collective", collective=_called(frames, frame), via=via)
         if "/fsdp/" in frame.file and not sample.active:
             return replace(base, kind="collective", collective="all_gather", via="FSDP unshard in forward()")
         if frame.file.endswith("autograd/graph.py") and name == "_engine_run_backward" and not sample.active:

@@ -36,6 +36,15 @@ class LineContext:
 
 
 @dataclass(frozen=True)
+class ThreadStack:
+    """A thread of a rank other than its main thread: its name and stack (innermost first)."""
+
+    name: str
+    frames: tuple[Frame, ...]
+    active: bool = False
+
+
+@dataclass(frozen=True)
 class RankSample:
     """A rank's process as the probe saw it: identity, main-thread stack (innermost first)."""
 
@@ -56,3 +65,4 @@ class RankSample:
     role: str = "rank"  # "agent": a launcher read because no rank process runs yet
     worker_pid: int = 0  # the DataLoader worker the rank waits on, stuck in the user's code
     worker_frames: tuple[Frame, ...] = ()  # that worker's own frames, innermost first
+    threads: tuple[ThreadStack, ...] = ()  # the process's other Python threads

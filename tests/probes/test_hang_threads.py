@@ -1,0 +1,71 @@
+"""Ranks read from real py-spy dumps (tests/fixtures/hang/pyspy): a collective waited for in a
+thread other than the main one, and a collective hidden inside a library call (dcp.save)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from probes.hang.pyspy import parse_dump
+from triage.core.hang.analyse import analyse
+from triage.core.hang.classify import classify, in_distributed
+from triage.core.hang.source_context import line_context
+from triage.core.hang.stacks import Frame, RankSample, ThreadStack
+
+DUMPS = Path(__file__).resolve().parents[1] / "fixtures" / "hang" / "pyspy"
+
+
+def _rank(name: str, rank: int, threads: bool = True) -> RankSample:
+    text = (DUMPS / f"{name}_rank{rank}.json").read_text(encoding="utf-8").replace("{SCRIPTS}", str(DUMPS))
+    dump = parse_dump(text, 100 + rank)
+    others = dump.threads if threads else ()
+    frames = (*dump.frames, *(f for t in others for f in t.frames))
+    contexts = {
+        f.where(): line_context(Path(f.file + ".txt").read_text(encoding="utf-8"), f.line)
+        for f in frames
+        if f.file.startswith(str(DUMPS))
+    }
+    return RankSample(
+        pid=100 + rank, host="n1", rank=rank, world_size=2, local_world_size=2, frames=dump.frames,
+        active=dump.active, contexts=contexts, launcher="torchrun", threads=others,
+    )  # fmt: skip
+
+
+def test_the_main_thread_is_the_stack_and_the_other_threads_are_kept() -> None:
+    sample = _rank("D21-thread", 0)
+    assert [f.function for f in sample.frames][:2] == ["Thread._wait_for_tstate_lock", "Thread.join"]
+    assert [t.name for t in sample.threads] == ["saver"] and in_distributed(sample.threads[0].frames)
+    assert not in_distributed(sample.frames)
+
+
+def test_a_collective_in_a_thread_while_the_main_thread_joins_it_is_the_rank_s_wait() -> None:
+    state = classify(_rank("D21-thread", 0))
+    assert (state.kind, state.collective) == ("collective", "barrier")
+    assert state.user_frame is not None and state.user_frame.function == "save_and_sync"
+    assert "thread 'saver'" in state.via and "hang_thread.py:30" in state.via
+    # without the saver thread, the same rank is only idle: the thread is what makes it a wait
+    assert classify(_rank("D21-thread", 0, threads=False)).kind == "waiting"
+
+
+def test_the_thread_s_collective_under_the_main_thread_s_rank_test_is_d21() -> None:
+    picture = analyse([_rank("D21-thread", 0), _rank("D21-thread", 1)])
+    assert picture.diagnoses[0].entry == "D21" and picture.suspect_ranks == (0,)
+    assert "rank == 0 and step == 2" in picture.verdict
+
+
+def test_a_busy_main_thread_is_not_replaced_by_a_thread_s_collective() -> None:
+    sample = _rank("D21-thread", 0)
+    busy = RankSample(
+        pid=1, host="n1", rank=0, frames=(Frame("step", "/job/train.py", 3),), active=True,
+        threads=sample.threads,
+    )  # fmt: skip
+    assert classify(busy).kind == "computing"
+    idle_thread = ThreadStack("pin_memory", (Frame("get", "/usr/lib/python3.11/queue.py", 171),))
+    assert classify(RankSample(pid=1, host="n1", rank=0, threads=(idle_thread,))).kind == "waiting"
+
+
+def test_a_collective_inside_dcp_save_is_named_as_called_and_by_whom() -> None:
+    state = classify(_rank("D21-dcp", 0))
+    # all_gather inside gather_object: the collective the caller asked for is gather_object
+    assert (state.collective, state.via) == ("gather_object", "inside torch.distributed.checkpoint")
+    picture = analyse([_rank("D21-dcp", 0), _rank("D21-dcp", 1)])
+    assert picture.diagnoses[0].entry == "D21" and picture.suspect_ranks == (0,)
