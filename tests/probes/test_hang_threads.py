@@ -1,5 +1,6 @@
 """Ranks read from real py-spy dumps (tests/fixtures/hang/pyspy): a collective waited for in a
-thread other than the main one, and a collective hidden inside a library call (dcp.save)."""
+thread other than the main one, a collective hidden inside a library call (dcp.save), an object
+collective (broadcast_object_list, a broadcast inside)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,11 @@ def test_a_collective_inside_dcp_save_is_named_as_called_and_by_whom() -> None:
     assert (state.collective, state.via) == ("gather_object", "inside torch.distributed.checkpoint")
     picture = analyse([_rank("D21-dcp", 0), _rank("D21-dcp", 1)])
     assert picture.diagnoses[0].entry == "D21" and picture.suspect_ranks == (0,)
+
+
+def test_an_object_collective_is_named_as_called_not_by_the_broadcast_inside_it() -> None:
+    state = classify(_rank("D21-object", 0))
+    assert (state.kind, state.collective, state.via) == ("collective", "broadcast_object_list", "")
+    picture = analyse([_rank("D21-object", 0), _rank("D21-object", 1)])
+    assert picture.diagnoses[0].entry == "D21" and picture.suspect_ranks == (0,)
+    assert "broadcast_object_list()" in picture.diagnoses[0].evidence[0]

@@ -186,12 +186,12 @@ HANGS: tuple[HangScenario, ...] = (
         collective="barrier",
     ),
     HangScenario(
-        "D21-object",
-        "only rank 0 calls broadcast_object_list; rank 1 waits in its first all_reduce",
-        "hang_object_broadcast.py",
+        "D21-fsdp",
+        "rank 0 evaluates an FSDP2 (fully_shard) model alone: its forward waits in the parameters' all-gather",
+        "hang_fsdp_eval.py",
         "D21",
         (0,),
-        collective="broadcast_object_list",
+        collective="all_gather",
     ),
     HangScenario(
         "D21-dcp",
