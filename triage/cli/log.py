@@ -235,6 +235,7 @@ def _as_json(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> dict[
         "ordered_by": verdict.ordered_by,
         "first_failure": _event_json(scan, verdict.first) if verdict.first else None,
         "first_rank": verdict.first_rank,
+        "first_rank_reason": verdict.first_rank_reason or None,
         "waiting_ranks": verdict.waiting_ranks,
         "suspect_ranks": verdict.suspect_ranks,
         "torchrun_root_cause_rank": verdict.root_cause_rank,

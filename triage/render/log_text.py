@@ -58,7 +58,9 @@ def summary_lines(scan: Scan, verdict: Verdict) -> list[str]:
     lines.append(f"    {first.text}")
     if verdict.waiting_ranks:
         lines.append(f"Ranks that only waited for it: {_ranks(verdict.waiting_ranks)}.")
-    if verdict.suspect_ranks:
+    if verdict.first_rank_reason:
+        lines.append(f"Rank {verdict.first_rank} failed first: {verdict.first_rank_reason}.")
+    elif verdict.suspect_ranks:
         lines.append(
             "Ranks that reported no error while the others waited (the likely stragglers): "
             f"{_ranks(verdict.suspect_ranks)}."
@@ -141,7 +143,7 @@ def rank_rows(scan: Scan, verdict: Verdict) -> list[RankRow]:
         own = [e for e in printed if e.real] if printed else [e for e in mine if e.real]
         first = verdict.first
         shown: Event | None
-        if first is not None and rank == verdict.first_rank:
+        if first is not None and rank == first.rank:
             state, shown = ("first" if first.real else "timeout"), first
         elif own:
             state, shown = "failed", own[0]

@@ -58,3 +58,27 @@ def test_every_rank_quoting_the_same_line_in_its_traceback_is_not_duplicated_out
     progress = "".join(f"[rank{r}]: epoch 1 step 100 loss 0.2345 lr 0.001\n" for r in range(2)) * 2
     progress += "".join(f"[rank{r}]: epoch 1 step 200 loss 0.1234 lr 0.001\n" for r in range(2))
     assert ids(progress) == ["D23"]
+
+
+LIGHTNING = "GPU available: True, used: True\nTPU available: False, using: 0 TPU cores\n"
+
+
+def test_members_that_never_announce_themselves_were_never_launched() -> None:
+    """Lightning's `initializing ddp` lines for ranks 0-3 of 8, then nothing: the other node's
+    processes never started (a finding only in a log where nothing failed)."""
+    members = "".join(f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8\n" for r in (1, 2, 0, 3))
+    assert [i.entry_id for i in from_heads([LIGHTNING + members], quiet=True)] == ["P3"]
+    assert from_heads([LIGHTNING + members], quiet=False) == []
+    every = "".join(f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/4\n" for r in range(4))
+    assert from_heads([LIGHTNING + every], quiet=True) == []
+
+
+def test_nccl_tests_header_twice_is_each_process_running_alone() -> None:
+    """nccl-tests started by mpirun on two hosts but built without MPI: each process runs the
+    whole test on its own GPUs and prints the job's header."""
+    header = (
+        "# nThread 1 nGpus 8 minBytes 1073741824 maxBytes 8589934592 step: 2(factor) warmup iters: 5"
+        " iters: 20 agg iters: 1 validation: 1 graph: 0\n#\n# Using devices\n"
+    )
+    assert ids(header) == []
+    assert ids(header * 2) == ["D2"]

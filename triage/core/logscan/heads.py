@@ -5,6 +5,9 @@ single line: what a person sees scrolling the top of a paste.
   the same global rank twice: each node formed a group of its own (D2);
 - torchrun's launch configuration asking for several nodes with its rendezvous on localhost:
   every node meets only itself (D2);
+- ranks announcing themselves as members of a group (`GLOBAL_RANK: 3, MEMBER: 4/8`) while the
+  others never do, in a log where nothing failed: the job froze setting up, waiting for processes
+  that were never launched (another node's, P3);
 - frames of several processes' tracebacks glued into one line: the ranks wrote to one terminal
   at once, and the error that ends each traceback may be lost in the mix (P4).
 """
@@ -21,11 +24,13 @@ SAME_RANK_TWICE = "D2"  # two processes announce the same global rank: separate 
 LOCAL_RENDEZVOUS = "D2"  # several nodes asked for, the rendezvous on localhost
 EVERY_RANK_PRINTS = "D23"  # the same lines printed once per rank
 INTERLEAVED = "P4"  # tracebacks of several processes mixed into one another
+NEVER_LAUNCHED = "P3"  # members of the group that never announced themselves: not launched
 
 RANK_TWICE_SCORE = 0.8
 LOCAL_RENDEZVOUS_SCORE = 0.8
 DUPLICATES_SCORE = 0.55  # a finding only when nothing else is: duplicated output is not a crash
 INTERLEAVED_SCORE = 0.5  # likewise: mixed tracebacks hide the cause, they are not one
+MISSING_MEMBERS_SCORE = 0.6  # a finding only where the log shows no failure of its own
 MIN_DUPLICATED = 2  # distinct lines printed more than once before the output counts as duplicated
 MIN_GLUED = 2  # lines with a frame glued behind other text before the tracebacks count as mixed
 # Lines every rank prints by design (tracebacks, NCCL's and torch's own logs, separators): their
@@ -35,10 +40,14 @@ _NOT_OUTPUT = re.compile(
     r"|(time|host|rank|exitcode|error_file|traceback)\s+: )"  # torchrun's summary, one block per failed rank
 )
 # A process announcing which rank it is: the same announcement twice means two processes both
-# believe they are that rank (a single-node launch repeated on every node).
+# believe they are that rank (a single-node launch repeated on every node). nccl-tests prints its
+# header (`# nThread 1 nGpus 8 minBytes ...`) once per job: twice, each process ran a job alone.
 _RANK_ANNOUNCEMENT = re.compile(
-    r"GLOBAL_RANK:?\s*\d+|MEMBER:\s*\d+/\d+|\bglobal rank\s*:?\s*\d+", re.IGNORECASE
+    r"GLOBAL_RANK:?\s*\d+|MEMBER:\s*\d+/\d+|\bglobal rank\s*:?\s*\d+|^#\s*nThread \d+ nGpus \d+",
+    re.IGNORECASE,
 )
+# Lightning's (and NeMo's) announcement: `initializing ddp: GLOBAL_RANK: 3, MEMBER: 4/8`.
+_MEMBER = re.compile(r"GLOBAL_RANK:\s*(?P<rank>\d+),\s*MEMBER:\s*\d+/(?P<size>\d+)")
 # torchrun's launch configuration (LOGLEVEL=INFO): `min_nodes        : 2`, `rdzv_endpoint    : localhost:10010`
 _MIN_NODES = re.compile(r"\bmin_nodes\s*: (?P<n>\d+)\s*$")
 _LOCAL_ENDPOINT = re.compile(
@@ -48,12 +57,38 @@ _LOCAL_ENDPOINT = re.compile(
 _GLUED_FRAME = re.compile(r"\S\s*File \"[^\"]{1,300}\", line \d+")
 
 
-def from_heads(heads: list[str]) -> list[Inferred]:
-    """The diagnoses the start of the sources shows."""
+def from_heads(heads: list[str], quiet: bool = False) -> list[Inferred]:
+    """The diagnoses the start of the sources shows; `quiet`: the log shows no failure at all."""
     found = _duplicated_output(heads)
     found.extend(_local_rendezvous(heads))
     found.extend(_interleaved(heads))
+    if quiet and not found:
+        found.extend(_missing_members(heads))
     return found
+
+
+def _missing_members(heads: list[str]) -> list[Inferred]:
+    """Ranks announced as members of a group of N while the others never announce themselves."""
+    announced: set[int] = set()
+    size = 0
+    for head in heads:
+        for match in _MEMBER.finditer(head):
+            announced.add(int(match["rank"]))
+            size = max(size, int(match["size"]))
+    missing = size - len({r for r in announced if r < size})
+    if not announced or missing <= 0:
+        return []
+    shown = ", ".join(str(r) for r in sorted(announced)[:8])
+    return [
+        Inferred(
+            NEVER_LAUNCHED,
+            MISSING_MEMBERS_SCORE,
+            (),
+            f"ranks {shown} announced themselves as members of a group of {size}; {missing} never did, and"
+            " nothing failed: the job waits for processes that were never launched (another node's)",
+            False,
+        )
+    ]
 
 
 def _duplicated_output(heads: list[str]) -> list[Inferred]:
@@ -80,7 +115,8 @@ def _duplicated_output(heads: list[str]) -> list[Inferred]:
                 SAME_RANK_TWICE,
                 RANK_TWICE_SCORE,
                 (),
-                f"two processes announce the same rank ({announced[0][:80]!r}): each node formed a group of its own",
+                f"two processes announce the same place in the job ({announced[0][:80]!r}): each node"
+                " formed a group of its own",
                 True,
             )
         ]

@@ -30,6 +30,8 @@ STRUCTURAL_ANCHORS: tuple[str, ...] = (
     "local_rank:",  # the summary's `rank : 1 (local_rank: 1)`
     "first observed failure",
     "calledprocesserror",  # the legacy launcher's exit report
+    "exits with return code",  # DeepSpeed's launcher's exit report
+    "destroyed on rank",  # `Process Group destroyed on rank 0`: the rank a bare error belongs to
     "traceback (most recent call last)",  # a rank's traceback, read as a block
     'file "',  # its frames: where the rank was blocked
     "optype=",  # watchdog and desync lines naming a rank's collective

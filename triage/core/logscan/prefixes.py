@@ -53,7 +53,9 @@ _BODY_RANK = re.compile(
     r"\[Rank (?P<a>\d+)\]|\bRank (?P<b>\d+)\]|\[rank(?P<c>\d+)\]|\blocal_rank: (?P<d>\d+)"
     r"|\brank (?P<e>\d+) (?:is|failed|exhausted)\b|^Rank (?P<f>\d+)\b"
     r"|\bprocess (?P<g>\d+) terminated with (?:signal|exit code)\b"  # mp.spawn's ProcessExitedException
-    r"|unrecognized arguments: (?:\S{1,200} ){0,20}--local[-_]rank=(?P<h>\d+)",  # the legacy launcher's argument
+    r"|unrecognized arguments: (?:\S{1,200} ){0,20}--local[-_]rank=(?P<h>\d+)"  # the legacy launcher's argument
+    r"|\bProcess Group destroyed on rank (?P<i>\d+)"  # ProcessGroupNCCL's destructor, as a rank ends
+    r"|\bdid not receive grad for rank (?P<j>\d+)",  # DDP's unused-parameter report (debug INFO/DETAIL)
     re.IGNORECASE,
 )
 _PATH_RANK = re.compile(r"(?:^|[/_.-])(?:rank|worker|proc)[_-]?(?P<rank>\d{1,6})(?:$|[/_.-])", re.IGNORECASE)

@@ -85,6 +85,11 @@ class Inferred:
     explains_first: bool
 
 
+def peer_gone(text: str) -> bool:
+    """A collective that ended because the other end of the connection went away."""
+    return _PEER_GONE.search(text) is not None
+
+
 def is_launcher(event: Event) -> bool:
     """A line of the launcher reporting on its workers (an exit, the failure summary, a teardown)."""
     return event.kind == "exit" or _launcher_text(event.text)
@@ -237,7 +242,7 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
     found.extend(_shared_gpu(scan))
     from triage.core.logscan.heads import from_heads  # heads.py builds on Inferred, defined here
 
-    found.extend(from_heads(scan.heads))
+    found.extend(from_heads(scan.heads, quiet=first is None))
     if first is None:
         return found
     restart = [e for e in events if e.kind == "hit" and e.entry_id == RESTART and not e.echo]
@@ -273,10 +278,21 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
             # were still waiting (or working) when it failed, and print nothing of their own.
             reason = f"{who} failed first with an error of its own; mp.spawn then stopped the other ranks"
             found.append(Inferred(DIVERGED, DIVERGED_SCORE, (first,), reason, True))
-    missing = _missing_traceback(scan, first) or _bare_abort(events, first)
+    missing = _missing_traceback(scan, first) or _bare_abort(events, first, scan)
     if missing is not None:
         found.append(missing)
     return found
+
+
+def _left_in_barrier(events: list[Event], gone: int | None, scan: Scan) -> Event | None:
+    """Another rank's loss of `gone` inside a barrier (a barrier `gone` never called)."""
+    for event in events:
+        if event.rank in (None, gone) or not event.echo or not peer_gone(event.text):
+            continue
+        wait = scan.ranks.waits.get(event.rank)
+        if wait is not None and wait.collective == "barrier":
+            return event
+    return None
 
 
 def _mismatch(pair: tuple[WaitPoint, WaitPoint], events: list[Event], first: Event | None) -> list[Inferred]:
@@ -316,9 +332,12 @@ def _peer_left(events: list[Event], first: Event, scan: Scan) -> Inferred | None
     """The only failure is one rank's wait that ended with its peer gone (`Connection closed by
     peer`), and torchrun saw every other worker end well: the peer finished its loop and left
     while this rank still had batches to run."""
-    if not (first.echo and first.rank is not None and scan.no_other_failures):
+    # mp.spawn reporting this rank, with no other process left to stop: the others had ended, and
+    # well (a process that failed first would have been the one reported)
+    spawn_alone = scan.spawn_failed == first.rank and scan.spawn_stopped == 0
+    if not (first.echo and first.rank is not None and (scan.no_other_failures or spawn_alone)):
         return None
-    if not (_PEER_GONE.search(first.text) or _NAMES_ABSENT.search(first.text)):
+    if not (peer_gone(first.text) or _NAMES_ABSENT.search(first.text)):
         return None  # a timeout: the peer may still be computing (MN3), not gone
     if any(
         e.rank != first.rank and (e.real or e.echo) and not is_launcher(e)
@@ -326,6 +345,16 @@ def _peer_left(events: list[Event], first: Event, scan: Scan) -> Inferred | None
         if e.rank is not None
     ):
         return None  # the summary's lines about a worker torchrun stopped are not that worker's words
+    wait = scan.ranks.waits.get(first.rank)
+    if wait is not None and wait.collective == "barrier" and peer_gone(first.text):
+        # A barrier the others left without ever calling: a barrier only some ranks reach (a
+        # rank-0-only save or evaluation), not a loop that ran out of batches mid-step.
+        where = f" ({wait.where})" if wait.where else ""
+        reason = (
+            f"rank {first.rank} lost its peer inside a barrier{where} while no other rank failed:"
+            " the other ranks ended without ever calling it"
+        )
+        return Inferred(MISMATCH, PEER_LEFT_SCORE, (first,), reason, True)
     return Inferred(
         PEER_LEFT,
         PEER_LEFT_SCORE,
@@ -336,10 +365,11 @@ def _peer_left(events: list[Event], first: Event, scan: Scan) -> Inferred | None
     )
 
 
-def _bare_abort(events: list[Event], first: Event) -> Inferred | None:
+def _bare_abort(events: list[Event], first: Event, scan: Scan) -> Inferred | None:
     """A rank that died of SIGABRT whose only words are `terminate called without an active
     exception` (a process torn down with its process group alive, as after sys.exit; the line has
-    no rank prefix of its own): nothing says why it stopped."""
+    no rank prefix of its own): nothing says why it stopped. Unless another rank lost it inside a
+    barrier: then it had simply ended, never calling that barrier (D21)."""
     if first.rank is None:
         return None
     aborted = any(e.kind == "exit" and e.rank == first.rank and e.exit_code == SIGABRT_EXIT for e in events)
@@ -351,6 +381,13 @@ def _bare_abort(events: list[Event], first: Event) -> Inferred | None:
         for e in events
     ):
         return None
+    waiting = _left_in_barrier(events, first.rank, scan)
+    if waiting is not None:
+        reason = (
+            f"rank {first.rank} ended (its abort is a teardown's, with no error) while rank {waiting.rank}"
+            " waited in a barrier it never called"
+        )
+        return Inferred(MISMATCH, MISMATCH_SCORE, (waiting, first), reason, True)
     return Inferred(
         MISSING_TRACEBACK,
         MISSING_SCORE,

@@ -1,7 +1,8 @@
 """The parts of a log the scanner reads itself, whatever the knowledge says.
 
 - torchrun's exit reports (`failed (exitcode: 1) local_rank: 1`, the failure summary's `rank :` and
-  `exitcode :` lines, the "Root Cause" marker) and the legacy launcher's `CalledProcessError`;
+  `exitcode :` lines, the "Root Cause" marker), the legacy launcher's `CalledProcessError` and
+  DeepSpeed's launcher's `... '--local_rank=1', ...] exits with return code = -9`;
 - Python exceptions no signature explains, each ending its rank's traceback block (blocks.py);
 - C++ `terminate called after throwing an instance of 'T'` with its `what():` line, and
   `terminate called without an active exception`: a rank aborting;
@@ -37,6 +38,11 @@ SIGABRT_EXIT = -int(signal.SIGABRT)
 _LEGACY_EXIT = re.compile(
     r"CalledProcessError: Command '.*--local_rank=(?P<rank>\d+).*' "
     r"(?:died with <Signals\.SIG\w+: (?P<signal>\d+)>|returned non-zero exit status (?P<code>\d+))"
+)
+# DeepSpeed's launcher: `[launch.py:434:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=1',
+# ...] exits with return code = -9` (its command line carries the worker's local rank).
+_DEEPSPEED_EXIT = re.compile(
+    r"sigkill_handler\] \[.{0,2000}?--local_rank=(?P<rank>\d+).{0,4000}?\] exits with return code = (?P<code>-?\d+)"
 )
 _SPAWN_HEADER = re.compile(r"-- Process (?P<rank>\d+) terminated with the following error")
 # mp.spawn stopping the processes still running after one failed.
@@ -91,6 +97,7 @@ class Structure:
         self.root_cause_rank: int | None = None
         self.spawn_failed: int | None = None  # the process mp.spawn reports failed (its first)
         self.spawn_stopped_others = False  # mp.spawn terminated processes still running after it
+        self.spawn_stopped = 0  # how many: one `Terminating process ... via signal SIGTERM` each
         self._no_other_marker = False  # torchrun's summary printed <NO_OTHER_FAILURES>
         self._summary_exits: dict[int, int] = {}  # worker -> exit code, as torchrun's summary lists them
         self._summary_rank: dict[int, tuple[int, int]] = {}  # source -> (worker rank, its `rank :` line)
@@ -251,8 +258,14 @@ class Structure:
             code = -int(legacy["signal"]) if legacy["signal"] else int(legacy["code"])
             self.emit(source, number, Found("exit", int(legacy["rank"]), short[-200:], exit_code=code))
             return True
+        deepspeed = _DEEPSPEED_EXIT.search(body) if "exits with return code" in body else None
+        if deepspeed:
+            code = int(deepspeed["code"])
+            self.emit(source, number, Found("exit", int(deepspeed["rank"]), short[-200:], exit_code=code))
+            return True
         if _SPAWN_TEARDOWN.search(body):
             self.spawn_stopped_others = True
+            self.spawn_stopped += 1
             return True
         spawned = _SPAWN_EXIT.search(body)
         if spawned:

@@ -24,7 +24,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from triage.core.logscan.rules import consequences, inferred, is_context, is_launcher, substantive, warning
+from triage.core.logscan.rules import (
+    consequences,
+    inferred,
+    is_context,
+    is_launcher,
+    peer_gone,
+    substantive,
+    warning,
+)
 from triage.core.logscan.scanner import OWN_ERROR_KINDS, Event, Scan
 from triage.core.logscan.structure import SIGTERM_EXIT
 from triage.core.model import KnowledgeBase
@@ -38,6 +46,9 @@ SPREAD_CAP = 0.1
 # entries explain the same line (`doesn't have NCCL built in`: a CPU build, or Windows), the one
 # the rest of the log supports (frames under C:\...\torch\distributed\) comes first.
 CORROBORATION = 0.15
+# A warning (`[W socket.cpp:...]`) names a cause, but when an error line names the failure, the
+# warning only led up to it: it counts for less than that error's own signature.
+WARNING_FACTOR = 0.6
 THRESHOLD = 0.4  # below it a diagnosis is only "closest", not a finding
 MAX_EVIDENCE = 6
 FALLBACK_CHARS = 6000  # text handed to the query engine when no signature fires
@@ -81,6 +92,8 @@ class Verdict:
     by_query_engine: bool = False  # the diagnosis came from the fallback, not a signature
     # when nothing was found: the weak candidates, (entry id, score, why), best first
     closest: list[tuple[str, float, str]] = field(default_factory=list)
+    # why the first failing rank is not the first failure's own (its error only echoes another's)
+    first_rank_reason: str = ""
 
 
 def order_events(scan: Scan) -> tuple[list[Event], str]:
@@ -124,16 +137,27 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
     first_seen = scan.root_cause_rank if scan.root_cause_rank is not None else scan.spawn_failed
     events = consequences(ordered, scan.root_cause_rank if scan.no_other_failures else None, first_seen)
     own_lines: set[int | None] = {e.rank for e in events if not is_launcher(e) and e.rank is not None}
-    real = [e for e in events if substantive(e, own_lines)] or [e for e in events if warning(e)]
+    errors = [e for e in events if substantive(e, own_lines)]
+    real = errors or [e for e in events if warning(e)]
     echoes = [e for e in events if e.echo]
     hints = [e for e in events if e.real and e.kind != "exit"]
     # With only echoes, the first one that names its rank says who was waiting.
     ranked_echoes = [e for e in echoes if e.rank is not None] or echoes
     first = real[0] if real else (ranked_echoes[0] if echoes else (hints[0] if hints else None))
+    first = _summary_root_cause(first, real, scan)
     first = _with_rank(first, events, scan)
 
     waiting, suspects = _rank_roles(events, first)
-    diagnoses = _score(events, first, kb, ECHO_FACTOR if real else 1.0)
+    first_rank = first.rank if first else None
+    dead = spawn_peer(first, scan)
+    reason = ""
+    if dead is not None and first is not None and first.rank is not None:
+        first_rank, waiting, suspects = dead, [first.rank], [dead]
+        reason = (
+            f"mp.spawn reported process {first.rank}, whose error only echoes a lost peer (mp.spawn"
+            f" prints one traceback only, so process {dead}'s own is not here)"
+        )
+    diagnoses = _score(events, first, kb, ECHO_FACTOR if real else 1.0, WARNING_FACTOR if errors else 1.0)
     for item in inferred(events, first, scan):
         if kb.entry(item.entry_id) is None:
             continue
@@ -150,11 +174,12 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
         found=found,
         diagnoses=diagnoses,
         first=first,
-        first_rank=first.rank if first else None,
+        first_rank=first_rank,
         waiting_ranks=waiting,
         suspect_ranks=suspects,
         ordered_by=ordered_by,
         root_cause_rank=scan.root_cause_rank,
+        first_rank_reason=reason,
     )
     if not found and fallback:
         _fall_back(verdict, scan, events, kb)
@@ -198,6 +223,30 @@ def _with_rank(first: Event | None, events: list[Event], scan: Scan) -> Event | 
     return first
 
 
+def _summary_root_cause(first: Event | None, real: list[Event], scan: Scan) -> Event | None:
+    """When the launcher's reports are all the log has of the failure, torchrun's summary says which
+    worker failed first (`Root Cause (first observed failure)`), though it lists the others above it."""
+    if first is None or not is_launcher(first) or scan.root_cause_rank in (None, first.rank):
+        return first
+    reports = [e for e in real if e.rank == scan.root_cause_rank and is_launcher(e)]
+    same = [e for e in reports if e.kind == first.kind and e.entry_id == first.entry_id]
+    return (same or reports or [first])[0]
+
+
+def spawn_peer(first: Event | None, scan: Scan) -> int | None:
+    """The process that died first when mp.spawn reported the survivor instead: mp.spawn prints the
+    traceback of the first process it finds dead, and when the survivor lost its peer at the same
+    moment (`Connection closed by peer`) that may be the survivor's, an echo. With two processes,
+    the other one still there for mp.spawn to stop (it was dying: a process that had ended well
+    would be gone) and no higher rank anywhere, the other one failed. A timeout is no such echo:
+    the rank that gave up waiting is the first to report."""
+    if first is None or not first.echo or first.rank not in (0, 1) or first.rank != scan.spawn_failed:
+        return None
+    if not peer_gone(first.text) or scan.spawn_stopped != 1 or any(rank > 1 for rank in scan.ranks_seen):
+        return None
+    return 1 - first.rank
+
+
 def _replace_rank(event: Event, rank: int) -> Event:
     import dataclasses
 
@@ -231,20 +280,29 @@ def _rank_roles(events: list[Event], first: Event | None) -> tuple[list[int], li
 
 
 def _score(
-    events: list[Event], first: Event | None, kb: KnowledgeBase, echo_factor: float
+    events: list[Event],
+    first: Event | None,
+    kb: KnowledgeBase,
+    echo_factor: float,
+    warning_factor: float = 1.0,
 ) -> list[Diagnosis]:
     grouped: dict[str, list[Event]] = {}
     for event in events:
         if event.kind == "hit" and event.entry_id in kb.entries:
             grouped.setdefault(event.entry_id, []).append(event)
     weak_first = first is not None and (first.echo or (first.kind == "hit" and first.weight < 0.5))
+    # A paste cut off inside a traceback, before its error line: its frames are all there is, and
+    # the deepest ones a signature knows say where it failed (at half their weight).
+    cut_off = first is None or (first.kind == "hit" and first.role == "frame")
     result = []
     for entry_id, hits in grouped.items():
         causes = [e for e in hits if not is_context(e)]
-        best = max((e.weight * (echo_factor if e.echo else 1.0) for e in causes), default=0.0)
+        best = max((e.weight * _factor(e, echo_factor, warning_factor) for e in causes), default=0.0)
         context = max((e.weight * CONTEXT_FACTOR for e in hits if is_context(e)), default=0.0)
-        if not causes:
+        if not causes and not cut_off:
             best = min(context, THRESHOLD - 0.01)  # context alone never makes a finding
+        elif not causes:
+            best = max((e.weight * CONTEXT_FACTOR for e in hits if e.role == "frame"), default=0.0)
         # more ranks showing it, or more lines when the log names no ranks
         ranked = {e.rank for e in causes if e.rank is not None}
         places = len(ranked) if ranked else len({(e.source, e.line) for e in causes})
@@ -270,6 +328,14 @@ def _score(
         )
         result.append(Diagnosis(entry_id, round(score, 3), _pick_evidence(hits), reason, explains_first))
     return result
+
+
+def _factor(event: Event, echo_factor: float, warning_factor: float) -> float:
+    """What a cause line's weight counts for: less for an echo, and less for a warning when an
+    error line of the log names the failure (the warning is what led up to it, or beside it)."""
+    if event.echo:
+        return echo_factor
+    return warning_factor if event.role == "warning" else 1.0
 
 
 def _pick_evidence(hits: list[Event]) -> tuple[Event, ...]:
