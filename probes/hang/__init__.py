@@ -15,16 +15,15 @@ from dataclasses import replace
 
 from probes.hang.discover import (
     LOCAL_WORLD_VARS,
-    SPAWN,
     WORLD_VARS,
     Proc,
     all_procs,
     find_agents,
     find_ranks,
-    is_spawn_child,
     launcher_label,
     launcher_of,
     read_proc,
+    started_as,
 )
 from probes.hang.pyspy import StackUnreadable, missing_message, pyspy_binary, sample
 from probes.hang.sources import Sources
@@ -37,10 +36,11 @@ class NoJob(Exception):
     """No rank process to look at; the message says what was looked for."""
 
 
-def _job_key(proc: Proc) -> tuple[str, str, str]:
+def _job_key(proc: Proc, procs: dict[int, Proc]) -> tuple[str, str, str]:
     env = proc.env
-    if proc.rank is None and is_spawn_child(proc):  # the ranks one mp.spawn started
-        return (SPAWN, str(proc.ppid), "")
+    how = started_as(proc, procs) if proc.rank is None else ""
+    if how:  # the ranks one mp.spawn (or multiprocessing) started
+        return (how, str(proc.ppid), "")
     return (env.get("TORCHELASTIC_RUN_ID", ""), env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""))
 
 
@@ -125,7 +125,7 @@ def collect(
     notes: list[str] = []
     jobs: dict[tuple[str, str, str], list[Proc]] = {}
     for proc in ranks:
-        jobs.setdefault(_job_key(proc), []).append(proc)
+        jobs.setdefault(_job_key(proc, procs), []).append(proc)
     if len(jobs) > 1 and not pids:
         chosen = max(jobs.values(), key=len)
         others = [p for key, procs in jobs.items() if procs is not chosen for p in procs[:1]]
@@ -138,8 +138,10 @@ def collect(
     launchers = {id(p): p for p in (launcher_of(r, procs) for r in ranks) if p is not None and not agents}
     for launcher in sorted(launchers.values(), key=lambda p: p.pid):
         notes.append(f"launched by {launcher.launcher} (PID {launcher.pid})")
-    spawners = sorted({r.ppid for r in ranks if r.rank is None and is_spawn_child(r)})
-    notes += [f"launched by {SPAWN} (PID {pid})" for pid in spawners if not launchers]
+    spawners = {r.ppid: started_as(r, procs) for r in ranks if r.rank is None}
+    notes += [
+        f"launched by {how} (PID {pid})" for pid, how in sorted(spawners.items()) if how and not launchers
+    ]
     children = {r.pid: tuple(p.pid for p in procs.values() if p.ppid == r.pid and p.is_python) for r in ranks}
     labels = {p.pid: p.launcher or "" if agents else launcher_label(p, procs) for p in ranks}
     notes += [f"no rank process runs: read the launcher itself ({a.launcher}, PID {a.pid})" for a in agents]

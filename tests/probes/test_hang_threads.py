@@ -1,6 +1,6 @@
 """Ranks read from real py-spy dumps (tests/fixtures/hang/pyspy): a collective waited for in a
 thread other than the main one, a collective hidden inside a library call (dcp.save), an object
-collective (broadcast_object_list, a broadcast inside)."""
+collective (broadcast_object_list, a broadcast inside), a rank blocked in a C call (flock)."""
 
 from __future__ import annotations
 
@@ -78,3 +78,11 @@ def test_an_object_collective_is_named_as_called_not_by_the_broadcast_inside_it(
     picture = analyse([_rank("D21-object", 0), _rank("D21-object", 1)])
     assert picture.diagnoses[0].entry == "D21" and picture.suspect_ranks == (0,)
     assert "broadcast_object_list()" in picture.diagnoses[0].evidence[0]
+
+
+def test_a_rank_blocked_in_a_c_call_is_the_straggler_at_its_own_line() -> None:
+    """flock() leaves no Python frame: the rank's innermost frame is the line that calls it."""
+    state = classify(_rank("MN3-lock", 1))
+    assert state.kind == "waiting" and state.user_frame is not None and state.user_frame.line == 24
+    picture = analyse([_rank("MN3-lock", 0), _rank("MN3-lock", 1)])
+    assert picture.diagnoses[0].entry == "MN3" and picture.suspect_ranks == (1,)

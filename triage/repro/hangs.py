@@ -178,6 +178,14 @@ HANGS: tuple[HangScenario, ...] = (
         idle_ticks=6,
     ),
     HangScenario(
+        "D21-fork",
+        "D21 with ranks forked by multiprocessing.Process: no RANK in any environment",
+        "hang_fork.py",
+        "D21",
+        (0,),
+        launcher="script",
+    ),
+    HangScenario(
         "D21-thread",
         "rank 0's saver thread waits in a barrier only rank 0 reaches; its main thread idles in join()",
         "hang_thread.py",
@@ -200,13 +208,6 @@ HANGS: tuple[HangScenario, ...] = (
         "D21",
         (0,),
         collective="gather_object",
-    ),
-    HangScenario(
-        "MN3-lock",
-        "rank 1 blocks on a lock file (flock) rank 0 never released; rank 0 waits in all_reduce",
-        "hang_file_lock.py",
-        "MN3",
-        (1,),
     ),
 )
 # How each launcher starts a job of N local ranks on a loopback port: the command before the script.
@@ -268,25 +269,28 @@ class HungJob:
 
 def _rank_cpu(token: str, skip: tuple[int, ...] = ()) -> dict[int, int]:
     """CPU ticks used so far by each rank process of the job, but for the ranks in `skip`: those
-    with LOCAL_RANK set, or started by mp.spawn, whose parent is not a rank too (a debug server
-    or DataLoader worker is a rank's child)."""
-    used, parents = {}, {}
+    with LOCAL_RANK set, or started by mp.spawn or forked by multiprocessing (a child with its
+    parent's command line), whose parent is not a rank too (a debug server or DataLoader worker
+    is a rank's child)."""
+    used, parents, commands, ranked = {}, {}, {}, set()
     for pid in processes_with_token(token):
         try:
             with open(f"/proc/{pid}/environ", "rb") as handle:
                 environ = b"\0" + handle.read()
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                spawned = b"--multiprocessing-fork" in handle.read()
+                commands[pid] = handle.read()
             with open(f"/proc/{pid}/stat", "rb") as handle:
                 fields = handle.read().rsplit(b")", 1)[-1].split()
             used[pid] = int(fields[11]) + int(fields[12])
             parents[pid] = int(fields[1])
         except (OSError, IndexError, ValueError):
             continue
-        if not (spawned or b"\0LOCAL_RANK=" in environ) or any(
+        if (b"--multiprocessing-fork" in commands[pid] or b"\0LOCAL_RANK=" in environ) and not any(
             f"\0RANK={r}\0".encode() in environ for r in skip
         ):
-            del used[pid]
+            ranked.add(pid)
+    ranked |= {pid for pid in used if commands[pid] == commands.get(parents[pid]) and not skip}
+    used = {pid: ticks for pid, ticks in used.items() if pid in ranked}
     return {pid: ticks for pid, ticks in used.items() if parents[pid] not in used}
 
 
