@@ -53,13 +53,17 @@ def test_the_thread_s_collective_under_the_main_thread_s_rank_test_is_d21() -> N
     assert "rank == 0 and step == 2" in picture.verdict
 
 
-def test_a_busy_main_thread_is_not_replaced_by_a_thread_s_collective() -> None:
+def test_a_busy_or_stuck_main_thread_is_not_replaced_by_a_thread_s_collective() -> None:
     sample = _rank("D21-thread", 0)
     busy = RankSample(
         pid=1, host="n1", rank=0, frames=(Frame("step", "/job/train.py", 3),), active=True,
         threads=sample.threads,
     )  # fmt: skip
     assert classify(busy).kind == "computing"
+    stuck = RankSample(
+        pid=1, host="n1", rank=0, frames=(Frame("read", "/job/train.py", 3),), threads=sample.threads
+    )  # a main thread stuck at its own line (a read, a lock) is the story, whatever a thread does
+    assert classify(stuck).kind == "waiting"
     idle_thread = ThreadStack("pin_memory", (Frame("get", "/usr/lib/python3.11/queue.py", 171),))
     assert classify(RankSample(pid=1, host="n1", rank=0, threads=(idle_thread,))).kind == "waiting"
 

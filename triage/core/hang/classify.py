@@ -194,12 +194,22 @@ def _in_thread(base: RankState, sample: RankSample, thread: ThreadStack) -> Rank
     return replace(state, via=f"{state.via}; {via}" if state.via else via)
 
 
+# Where a main thread waits for another thread: join(), an Event or a Condition, a queue, a
+# Future's result(), or the interpreter's exit waiting for non-daemon threads.
+_THREAD_WAITS = ("/threading.py", "/queue.py", "/concurrent/futures/")
+
+
+def _waits_for_thread(frames: tuple[Frame, ...]) -> bool:
+    return not frames or any(mark in frames[0].file for mark in _THREAD_WAITS)
+
+
 def classify(sample: RankSample) -> RankState:
     """Name what `sample` is doing, and the user frame that led there: its main thread, or the
-    thread that waits in a collective while the main thread idles (waits for that thread, or has
-    finished and waits for the interpreter's non-daemon threads)."""
+    thread that waits in a collective while the main thread waits for a thread (join(), a queue,
+    a Future, or the interpreter's exit). A main thread stuck anywhere else is the rank's story
+    even when a thread of it sits in a collective."""
     state = _classify_main(sample)
-    if state.kind != "waiting":
+    if state.kind != "waiting" or not _waits_for_thread(sample.frames):
         return state
     thread = next((t for t in sample.threads if in_distributed(t.frames)), None)
     return _in_thread(state, sample, thread) if thread is not None else state
