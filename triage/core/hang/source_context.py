@@ -10,10 +10,13 @@ import re
 
 from triage.core.hang.stacks import LineContext
 
-# Tests that single out some ranks: `if rank == 0`, `dist.get_rank() != 0`, `is_main_process`, ...
+# Tests that single out some ranks: `if rank == 0`, `dist.get_rank() != 0`, `is_main_process`,
+# nanoGPT's `master_process` and `ddp_rank`, Accelerate's `process_index`, the HF Trainer's
+# `is_world_process_zero()`, Lightning's `is_global_zero`, `rank0` ... (`rank` as a part of a
+# name between underscores or digits, never inside a word such as "ranking").
 RANK_TEST = re.compile(
-    r"\b(?:local_|global_|node_)?rank\b|get_rank\(|is_main|is_master|main_process|is_global_zero|"
-    r"is_local_zero|rank_zero|is_rank_0|is_first_rank|is_last_rank",
+    r"(?<![a-z])rank(?![a-z])|is_main|is_master|main_process|master_process|process_index|"
+    r"process_zero|is_global_zero|is_local_zero",
     re.IGNORECASE,
 )
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
