@@ -15,7 +15,6 @@ from dataclasses import replace
 
 from probes.hang.discover import (
     LOCAL_WORLD_VARS,
-    WORLD_VARS,
     Proc,
     all_procs,
     find_agents,
@@ -50,7 +49,7 @@ def _identity(proc: Proc, host: str, launcher: str = "") -> RankSample:
         host=host,
         rank=proc.rank,
         local_rank=proc.local_rank,
-        world_size=proc.first(WORLD_VARS),
+        world_size=proc.world_size,
         local_world_size=proc.first(LOCAL_WORLD_VARS),
         launcher=launcher,
         master_addr=proc.env.get("MASTER_ADDR", ""),

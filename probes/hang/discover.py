@@ -22,6 +22,24 @@ WORLD_VARS = launchers.WORLD_SIZE
 LOCAL_WORLD_VARS = launchers.LOCAL_WORLD_SIZE
 
 
+# A rank started by hand with its rank as an argument (`python train.py --rank 1 --world-size 2`,
+# the way the ImageNet example and DeepSpeed's `--local_rank` pass it).
+ARGV_RANK = ("--rank", "--global-rank", "--global_rank")
+ARGV_LOCAL_RANK = ("--local-rank", "--local_rank")
+ARGV_WORLD_SIZE = ("--world-size", "--world_size")
+
+
+def argv_int(argv: tuple[str, ...], names: tuple[str, ...]) -> int | None:
+    """The value of the first option of `names` on a command line (`--rank 1`, `--rank=1`)."""
+    for i, word in enumerate(argv[1:], 1):
+        option, sep, value = word.partition("=")
+        if option in names:
+            value = value if sep else (argv[i + 1] if i + 1 < len(argv) else "")
+            if value.isdigit():
+                return int(value)
+    return None
+
+
 @dataclass(frozen=True)
 class Proc:
     """A process read from /proc: its parent, command line and environment."""
@@ -37,11 +55,23 @@ class Proc:
 
     @property
     def rank(self) -> int | None:
-        return self.first(RANK_VARS)
+        found = self.first(RANK_VARS)
+        return found if found is not None else argv_int(self.argv, ARGV_RANK)
 
     @property
     def local_rank(self) -> int | None:
-        return self.first(LOCAL_RANK_VARS)
+        found = self.first(LOCAL_RANK_VARS)
+        return found if found is not None else argv_int(self.argv, ARGV_LOCAL_RANK)
+
+    @property
+    def world_size(self) -> int | None:
+        found = self.first(WORLD_VARS)
+        return found if found is not None else argv_int(self.argv, ARGV_WORLD_SIZE)
+
+    @property
+    def rank_in_env(self) -> bool:
+        """Whether the environment says the rank (else, where it is known, the command line does)."""
+        return self.first(RANK_VARS) is not None or self.first(LOCAL_RANK_VARS) is not None
 
     @property
     def is_python(self) -> bool:
@@ -224,6 +254,8 @@ def _is_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
         return False
     if proc.rank is None and proc.local_rank is None:
         return spawned_rank(proc, procs)
+    if not proc.rank_in_env and not _uses_torch(proc.pid):  # `--rank` of something else
+        return False
     parent = procs.get(proc.ppid)
     return not (
         parent is not None
