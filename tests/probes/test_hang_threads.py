@@ -1,14 +1,16 @@
 """Ranks read from real py-spy dumps (tests/fixtures/hang/pyspy): a collective waited for in a
 thread other than the main one, a collective hidden inside a library call (dcp.save), an object
-collective (broadcast_object_list, a broadcast inside), a rank blocked in a C call (flock)."""
+collective (broadcast_object_list, a broadcast inside), a rank blocked in a C call (flock), an exception swallowed around a collective."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from probes.hang.pyspy import parse_dump
 from triage.core.hang.analyse import analyse
 from triage.core.hang.classify import classify, in_distributed
+from triage.core.hang.codec import merge, picture_json
 from triage.core.hang.source_context import line_context
 from triage.core.hang.stacks import Frame, RankSample, ThreadStack
 
@@ -90,3 +92,15 @@ def test_a_rank_blocked_in_a_c_call_is_the_straggler_at_its_own_line() -> None:
     assert state.kind == "waiting" and state.user_frame is not None and state.user_frame.line == 24
     picture = analyse([_rank("MN3-lock", 0), _rank("MN3-lock", 1)])
     assert picture.diagnoses[0].entry == "MN3" and picture.suspect_ranks == (1,)
+
+
+def test_a_rank_past_a_try_whose_except_swallowed_its_error_skipped_the_collective_in_it() -> None:
+    picture = analyse([_rank("D19-swallowed", 0), _rank("D19-swallowed", 1)])
+    assert [d.entry for d in picture.diagnoses][:1] == ["D19"] and picture.suspect_ranks == (1,)
+    assert "the `except` at line 27 swallowed it" in picture.diagnoses[0].evidence[0]
+    merged, _ = merge([json.loads(json.dumps(picture_json(picture, 2)))])  # `triage hang merge` reads it too
+    assert merged.suspect_ranks == (1,) and merged.diagnoses[0].entry == "D19"
+    # a handler that raises again lets no rank past: the source decides, not the stacks alone
+    source = (DUMPS / "hang_swallowed.py.txt").read_text(encoding="utf-8")
+    assert line_context(source, 26).swallowed == (24, 27, 28)
+    assert line_context(source.replace("pass", "raise"), 26).swallowed is None

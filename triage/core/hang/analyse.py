@@ -101,6 +101,32 @@ def _skipped(ahead: RankState, waiting: RankState) -> tuple[int, str] | None:
     return next(((line, kind) for line, kind in a.jumps if low < line < high), None)
 
 
+def _caught(past: RankState, waiting: RankState) -> tuple[int, int] | None:
+    """(try line, handler line) of a `try` around `waiting`'s line whose handler swallows an
+    exception, where `past` waits after that statement in the same function: `past` raised inside
+    the body and skipped the collective `waiting` is in."""
+    p, w = _context(past), _context(waiting)
+    if not (past.user_frame and waiting.user_frame) or w.swallowed is None:
+        return None
+    if past.user_frame.file != waiting.user_frame.file or p.function != w.function:
+        return None
+    start, handler, end = w.swallowed
+    return (start, handler) if past.user_frame.line > end else None
+
+
+def _how_skipped(ahead: RankState, waiting: RankState) -> tuple[str, str, str] | None:
+    """How `ahead` skipped the collective `waiting` is in, as (how, why for the verdict, the
+    second entry), or None: a jump over it, or an exception swallowed around it."""
+    jump = _skipped(ahead, waiting)
+    if jump:
+        return f"a `{jump[1]}` at line {jump[0]} jumps over it", "", "D21"
+    caught = _caught(ahead, waiting)
+    if caught:
+        how = f"it raised in the `try` at line {caught[0]} and the `except` at line {caught[1]} swallowed it"
+        return how, " (an exception it caught)", "D20"
+    return None
+
+
 def _rank_tests(state: RankState) -> tuple[tuple[str, int, str], ...]:
     """The rank tests around `state`'s stack, innermost first (only its own line's, from old JSON)."""
     if state.conditions:
@@ -178,17 +204,17 @@ def _mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ..
                 )
     for ahead in groups:
         for waiting in groups:
-            jump = _skipped(ahead.state, waiting.state) if ahead is not waiting else None
-            if jump:
-                line, kind = jump
+            how = _how_skipped(ahead.state, waiting.state) if ahead is not waiting else None
+            if how:
+                text, why, second = how
                 evidence = (
                     f"{_rank_label(ahead.ranks)} skipped {waiting.state.collective}() at "
-                    f"{waiting.state.user_frame.where() if waiting.state.user_frame else '?'}: a `{kind}` at "
-                    f"line {line} jumps over it, and {_rank_label(waiting.ranks)} waits there",
+                    f"{waiting.state.user_frame.where() if waiting.state.user_frame else '?'}: {text}, and "
+                    f"{_rank_label(waiting.ranks)} waits there",
                     described,
                 )
-                verdict = f"{_rank_label(ahead.ranks)} skipped a collective the others wait in"
-                return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], _ints(ahead.ranks), verdict
+                verdict = f"{_rank_label(ahead.ranks)} skipped a collective the others wait in{why}"
+                return [Diagnosis("D19", evidence), Diagnosis(second, evidence)], _ints(ahead.ranks), verdict
     sizes = Counter(len(g.ranks) for g in groups)
     largest = max(len(g.ranks) for g in groups)
     odd_ranks = (

@@ -74,6 +74,21 @@ def _jumps(loop: ast.AST) -> tuple[tuple[int, str], ...]:
     return tuple(sorted(found))
 
 
+def _swallowed(chain: list[ast.AST], line: int) -> tuple[int, int, int] | None:
+    """The innermost `try` of this function whose body holds `line` and one of whose handlers
+    does not raise again, as (try line, handler line, last line of the statement)."""
+    for node in reversed(chain):
+        if isinstance(node, _FUNCTIONS):
+            return None
+        if isinstance(node, ast.Try) and any(_contains(stmt, line) for stmt in node.body):
+            quiet = next(
+                (h for h in node.handlers if not any(isinstance(n, ast.Raise) for n in ast.walk(h))), None
+            )
+            if quiet is not None:
+                return node.lineno, quiet.lineno, _span(node)[1]
+    return None
+
+
 def line_context(source: str, line: int) -> LineContext:
     """The context of `line` in `source`; an empty context when the source does not parse."""
     try:
@@ -105,4 +120,5 @@ def line_context(source: str, line: int) -> LineContext:
         rank_conditions=tuple(conditions),
         loop=_span(loop_node) if loop_node is not None else None,
         jumps=_jumps(loop_node) if loop_node is not None else (),
+        swallowed=_swallowed(chain, line),
     )

@@ -33,6 +33,10 @@ class LineContext:
     rank_conditions: tuple[tuple[int, str], ...] = ()  # every enclosing rank test, innermost first
     loop: tuple[int, int] | None = None
     jumps: tuple[tuple[int, str], ...] = ()
+    # The innermost `try` whose body holds the line and whose handler swallows the exception (no
+    # `raise` in it): (the `try` line, the handler's line, the last line of the whole statement).
+    # A rank that raised in that body went on past the statement, skipping the rest of the body.
+    swallowed: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)
