@@ -162,6 +162,23 @@ def _agent(base: RankState, sample: RankSample) -> RankState:
     return replace(base, kind="computing" if sample.active else "waiting", launcher=sample.launcher)
 
 
+# Where a rank waits while its group forms: still connecting to the master's store (the address
+# or port cannot be reached yet), or past it, creating the group with its peers (a rank the
+# world_size counts has not joined).
+CONNECTING = "connecting to the master's store"
+JOINING = "past the store: waiting for every rank of its world_size to join"
+
+
+def _init_step(frames: tuple[Frame, ...]) -> str:
+    torch_frames = [f for f in frames if "torch/distributed/" in f.file]
+    if not torch_frames:
+        return ""
+    if any(f.file.endswith("distributed/rendezvous.py") or "Store" in f.function for f in torch_frames):
+        return CONNECTING
+    inner = _short(torch_frames[0].function)
+    return JOINING if inner in ("_new_process_group_helper", "_store_based_barrier") else ""
+
+
 def _called(frames: tuple[Frame, ...], inner: Frame) -> str:
     """The collective the caller asked for: the outermost of the torch.distributed collectives
     between `inner` and the caller's code (broadcast_object_list, not the broadcast inside it)."""
@@ -245,7 +262,7 @@ def _classify_main(sample: RankSample) -> RankState:
         name = _short(frame.function)
         in_dist = "torch/distributed/" in frame.file
         if in_dist and name in INIT_CALLS:
-            return replace(base, kind="init", collective=forming)
+            return replace(base, kind="init", collective=forming, via=_init_step(frames))
         if in_dist and "distributed_c10d" in frame.file and name in COLLECTIVES:
             saver = next((_SAVERS[m] for f in frames for m in _SAVERS if m in f.file), "")
             via = "FSDP" if fsdp else f"inside {saver}" if saver else ""
