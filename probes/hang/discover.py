@@ -211,9 +211,15 @@ def _tcp_inodes() -> set[str]:
 def _connected(pid: int) -> bool:
     """Whether `pid` holds an established TCP connection (a rank's store or gloo/NCCL peers)."""
     try:
-        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")[:4096]]
+        fds = os.listdir(f"/proc/{pid}/fd")[:4096]
     except OSError:
         return False
+    links = []
+    for fd in fds:
+        try:
+            links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:  # closed since the listing
+            continue
     sockets = {link[8:-1] for link in links if link.startswith("socket:[")}
     return bool(sockets & _tcp_inodes()) if sockets else False
 

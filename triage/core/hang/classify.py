@@ -173,7 +173,7 @@ def _init_step(frames: tuple[Frame, ...]) -> str:
     torch_frames = [f for f in frames if "torch/distributed/" in f.file]
     if not torch_frames:
         return ""
-    if any(f.file.endswith("distributed/rendezvous.py") or "Store" in f.function for f in torch_frames):
+    if any(f.file.endswith("distributed/rendezvous.py") for f in torch_frames):  # _create_c10d_store
         return CONNECTING
     inner = _short(torch_frames[0].function)
     return JOINING if inner in ("_new_process_group_helper", "_store_based_barrier") else ""
