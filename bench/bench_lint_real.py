@@ -1,21 +1,24 @@
 """`triage lint` on real code: findings per rule on maintained projects' training scripts, and
-recall on real bugs from GitHub threads.
+recall on real bugs, each on the split it belongs to.
 
     python bench/bench_lint_real.py [--list]
 
-- eval/lint/clean/: training scripts that maintained projects ship (nanoGPT, pytorch/examples,
-  Accelerate, DINO, timm, open_clip, torchtitan, detectron2, Megatron-LM, DeepSpeedExamples,
-  Lightning), presumed free of the bugs the lint looks for. Every finding there is either a real
-  bug (rare; eval/lint/README.md says which) or a false positive. Printed per rule and severity.
-- eval/lint/buggy/: the pattern of a bug that a GitHub thread established, one per file, with the
-  code the lint should give in an `# expect: TRGxxx` line. Recall = files where that code fires.
+- eval/lint/clean/: training scripts that maintained projects ship, presumed free of the bugs the
+  lint looks for. Every finding there is either a real bug (then the file moves to buggy/) or a
+  false positive. Printed per rule and severity.
+- eval/lint/buggy/: one real bug per file (a GitHub thread, a fix commit, or a review of the code),
+  with the code the lint should give in an `# expect: TRGxxx` line. Recall = files where it fires.
 
-`--list` prints every finding on the clean set and every miss on the buggy set.
+Every file belongs to `train` (tune on it) or `test` (only measured) by a hash of its source
+(eval/lint/README.md): a file of a repository hashes the repository, so a project's files stay on
+one side; a thread or a commit hashes itself. `--list` prints every clean-set finding and every
+buggy-set miss of the train split only; test figures are counts.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 import sys
 import time
@@ -29,27 +32,48 @@ from triage.core.lint import Finding, lint_source  # noqa: E402
 
 CLEAN = REPO / "eval" / "lint" / "clean"
 BUGGY = REPO / "eval" / "lint" / "buggy"
+SPLITS = ("train", "test")
+TEST_BUCKETS = 3  # sha256(key) % 10 < 3 is test, as for the corpus (eval/README.md)
 _EXPECT = re.compile(r"^# expect: (TRG\d{3})", re.MULTILINE)
+_SOURCE = re.compile(r"(https?://\S+)")
+_REPOSITORY_FILE = re.compile(r"^(https://github\.com/[^/]+/[^/]+)/(?:blob|tree|raw)/")
 
 
-def clean_findings() -> list[Finding]:
-    """Every finding on the clean set."""
-    found: list[Finding] = []
+def split_key(source: str) -> str:
+    """What decides a file's split: the repository of a file URL, else the thread or commit."""
+    url = source.split("#", 1)[0].split("?", 1)[0].rstrip("/")
+    match = _REPOSITORY_FILE.match(url)
+    return (match.group(1) if match else url).lower()
+
+
+def split_of(text: str) -> str:
+    """`train` or `test` for one eval file, from the first URL of its header."""
+    match = _SOURCE.search("\n".join(text.splitlines()[:3]))
+    key = split_key(match.group(1)) if match else text
+    bucket = int(hashlib.sha256(key.encode("utf-8")).hexdigest(), 16) % 10
+    return "test" if bucket < TEST_BUCKETS else "train"
+
+
+def clean_findings() -> dict[str, tuple[int, list[Finding]]]:
+    """Per split: how many clean files, and every finding on them."""
+    result: dict[str, tuple[int, list[Finding]]] = {s: (0, []) for s in SPLITS}
     for path in sorted(CLEAN.glob("*.py")):
-        found += lint_source(path.read_text(encoding="utf-8"), str(path.relative_to(REPO)))
-    return found
+        text = path.read_text(encoding="utf-8")
+        files, found = result[split_of(text)]
+        result[split_of(text)] = (files + 1, found + lint_source(text, str(path.relative_to(REPO))))
+    return result
 
 
-def buggy_results() -> list[tuple[str, str, set[str]]]:
-    """(file, expected code, codes found) for every file of the buggy set."""
-    results = []
+def buggy_results() -> dict[str, list[tuple[str, str, set[str]]]]:
+    """Per split: (file, expected code, codes found) for every file of the buggy set."""
+    results: dict[str, list[tuple[str, str, set[str]]]] = {s: [] for s in SPLITS}
     for path in sorted(BUGGY.glob("*.py")):
         text = path.read_text(encoding="utf-8")
         match = _EXPECT.search(text)
         if match is None:
             continue
         codes = {f.code for f in lint_source(text, path.name)}
-        results.append((path.name, match.group(1), codes))
+        results[split_of(text)].append((path.name, match.group(1), codes))
     return results
 
 
@@ -57,27 +81,30 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--list", action="store_true", help="every clean-set finding and buggy-set miss")
+    parser.add_argument("--list", action="store_true", help="train-split clean findings and buggy misses")
     args = parser.parse_args()
     started = time.perf_counter()
-    findings = clean_findings()
-    files = len(list(CLEAN.glob("*.py")))
-    per_rule = Counter((f.code, f.severity) for f in findings)
-    severities = Counter(f.severity for f in findings)
-    print(f"clean set: {files} real scripts, {len(findings)} findings", end="")
-    print(" (" + ", ".join(f"{severities[s]} {s}" for s in ("error", "warning", "info")) + ")")
-    for (code, severity), count in sorted(per_rule.items()):
-        print(f"  {code} {severity:<8} {count}")
-    if args.list:
-        for f in findings:
-            print(f"    {f.text()}")
-    results = buggy_results()
-    hits = [r for r in results if r[1] in r[2]]
-    print(f"buggy set: {len(results)} real bugs, recall {len(hits)}/{len(results)}", end="")
-    print(f" = {len(hits) / max(1, len(results)):.0%}")
-    for name, expected, codes in results:
-        if expected not in codes:
-            print(f"  missed {expected} in {name} (found: {', '.join(sorted(codes)) or 'nothing'})")
+    clean = clean_findings()
+    buggy = buggy_results()
+    for split in SPLITS:
+        files, findings = clean[split]
+        per_rule = Counter((f.code, f.severity) for f in findings)
+        severities = Counter(f.severity for f in findings)
+        print(f"[{split}] clean set: {files} real scripts, {len(findings)} findings", end="")
+        print(" (" + ", ".join(f"{severities[s]} {s}" for s in ("error", "warning", "info")) + ")")
+        for (code, severity), count in sorted(per_rule.items()):
+            print(f"  {code} {severity:<8} {count}")
+        if args.list and split == "train":
+            for f in findings:
+                print(f"    {f.text()}")
+        results = buggy[split]
+        hits = [r for r in results if r[1] in r[2]]
+        print(f"[{split}] buggy set: {len(results)} real bugs, recall {len(hits)}/{len(results)}", end="")
+        print(f" = {len(hits) / max(1, len(results)):.0%}")
+        if split == "train":
+            for name, expected, codes in results:
+                if expected not in codes:
+                    print(f"  missed {expected} in {name} (found: {', '.join(sorted(codes)) or 'nothing'})")
     print(f"({time.perf_counter() - started:.1f} s)")
     return 0
 

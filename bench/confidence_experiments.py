@@ -1,5 +1,5 @@
 """The confidence experiments of bench/query_experiments.py (`confidence`, `reliability`,
-`second_view`): features tried beside fit_confidence's five, on train CV. Their figures and what
+`second_view`): features tried beside fit_confidence's own, on train CV. Their figures and what
 they mean are in that script's docstring.
 
     python bench/confidence_experiments.py              # the three (4 CPU minutes)

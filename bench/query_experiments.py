@@ -17,7 +17,8 @@ beyond noise (>= 2 points) that holds on both corpora below; none did (two leads
 Figures (2026-11-23) on two corpora: A = 451 train queries (corpus 70ad5afe78c5), B = 577 (parts f
 and g added, 80b221cc20b8, confidence refitted after logs5). Shipped: ranked top-1 A 74.1 % / B
 76.1 %, top-3 87.8 / 88.7 %; CV top-1 44.6 / 44.9 %, precision 90.2 / 91.4 %, must-abstain 95.0 /
-95.0 %, objective (right - 1.5 wrong) 346 / 502. A query is 0.22 (A) / 0.17 (B) points.
+95.0 %, objective (right - 1.5 wrong) 346 / 502. A query is 0.22 (A) / 0.17 (B) points. All with
+fit_confidence's five features of then; its sixth (`domain`, the same day) came after them.
 
 kind_weight   The kind of trouble as evidence (brief idea 1), as weight: the vocabulary's kind terms
               (hang; + slow, oom, worse, print, segfault, nan, accuracy; + crash, timeout) x2 / x3.
@@ -48,7 +49,7 @@ separate      When the best two are close (runner-up >= 0.85 / 0.7 of the best r
               74.5-77.5 %. The one lead: within 0.85, margin 0.2 fixes 6 / breaks 3 (A) and fixes 9 /
               breaks 1 (B), +1.4 points on B: under the bar, picked among 8 cells, and its new first
               entry has a negative lead, so the confidence would abstain on it unless refitted for it.
-confidence    Features added to fit_confidence's five (brief idea 3): best also by coverage alone / by
+confidence    Features added to fit_confidence's (brief idea 3): best also by coverage alone / by
               phrasing alone (nearest labelled report or symptom), the share of the query's kind terms
               it carries, whether the query has a kind, the first line's best agrees, coverage
               entropy, raw gap, raw coverage, phrasing, lead x score, lead^2, score^2, signature x
@@ -124,21 +125,10 @@ def collect(kbs: Sequence[KnowledgeBase], items: Sequence[Item], extra: Extra | 
     for item in [*items, *fc.one_liners(items)]:
         kb = kbs[fold_of(item)]
         match = matcher.rank(kb, item.text, top=3)
-        first = match.hits[0]
-        accepted = item.accepted
-        right = not first.entry.covered if item.expect == ("none",) else first.entry.id in accepted
-        terms, unknown = matcher.query_terms(matcher.index_for(kb), item.text)
-        known = sum(1 for t in terms if text.PAIR not in t)
-        base = (
-            first.words,
-            first.lead,
-            first.signature,
-            math.log1p(known),
-            unknown / max(known + unknown, 1),
-        )
+        base, right = fc.sample(kb, item)
         more = extra(kb, item, match) if extra else ()
-        top3 = any(h.entry.id in accepted for h in match.hits)
-        rows.append(Row(item, base, more, right, top3, first.entry.id))
+        top3 = any(h.entry.id in item.accepted for h in match.hits)
+        rows.append(Row(item, base, more, bool(right), top3, match.hits[0].entry.id))
     return rows
 
 

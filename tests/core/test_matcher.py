@@ -20,11 +20,36 @@ from triage.core.separate import reachable
         "hello",
         "it does not work",
         "npm install fails with EACCES permission denied",
+        "ssh_exchange_identification: read: Connection reset by peer when I vagrant ssh into my new box."
+        " The first vagrant up worked.",
     ],
 )
 def test_off_topic_and_content_free_text_is_not_guessed(kb: KnowledgeBase, text: str) -> None:
     match = rank(kb, text)
     assert match.verdict == "no_match", [(h.entry.id, h.score) for h in match.hits]
+
+
+def test_whether_a_text_is_about_training_at_all_is_evidence(kb: KnowledgeBase) -> None:
+    """knowledge/domain.yaml's words, whole (node.js's "node" is not a node) or as a prefix (torch*);
+    the fitted model trusts a text that holds one more than the same evidence in one that does not."""
+    index = index_for(kb)
+    for ours in (
+        "DDP training hangs on 8 GPUs",
+        "torchrun --nproc_per_node 8 x.py",
+        "[rank3]: NCCL WARN",
+        "LoRA finetuning",
+    ):
+        assert index.in_domain(ours.lower()), ours
+    for other in (
+        "npm install -g nodemon fails",
+        "vagrant ssh: connection reset by peer",
+        "git push rejected",
+        "",
+    ):
+        assert not index.in_domain(other.lower()), other
+    conf = index.confidence
+    assert conf.domain > 0
+    assert conf.probability(0.5, 0.1, 0.6, 8, 2, True) > conf.probability(0.5, 0.1, 0.6, 8, 2, False)
 
 
 def test_pasted_error_line_wins_over_words(kb: KnowledgeBase) -> None:

@@ -97,11 +97,13 @@ def build_index_data(
     zipf: Zipf | None = None,
     confidence: Mapping[str, object] | None = None,
     reports: Mapping[str, Iterable[str]] | None = None,
+    domain_words: Iterable[str] | None = None,
 ) -> dict[str, object]:
     """Term weights, per-entry term strengths, symptom phrasings and signatures, as JSON-ready data.
 
     `reports`: entry id -> labelled real reports of it (the corpus's train split), counted as
-    further phrasings of its symptoms: how users describe it."""
+    further phrasings of its symptoms: how users describe it. `domain_words`: the words that say a text
+    is about training (knowledge/domain.yaml), stored as one pattern for the confidence model."""
     normalizer = Normalizer(kb.vocabulary)
     strengths: dict[str, dict[str, float]] = {}
     counts_by_entry: dict[str, dict[str, float]] = {}
@@ -167,7 +169,16 @@ def build_index_data(
         "signatures": {e.id: [_signature_data(s) for s in e.signatures] for e in kb.entries.values()},
         "confidence": dict(confidence) if confidence else None,
         "variants": normalizer.variant_table(),
+        "domain": domain_pattern(domain_words) if domain_words else None,
     }
+
+
+def domain_pattern(words: Iterable[str]) -> str:
+    """One regex for the domain words, for lower-cased text: each a whole word (a trailing * lets
+    the word go on), so that Python and the docs site's JavaScript read it alike."""
+    # the words hold only a-z, 0-9, _, - and spaces (triage.kb.matching checks): nothing to escape
+    parts = [w[:-1] + "[a-z0-9_]*" if w.endswith("*") else w for w in sorted(words)]
+    return "(?:^|[^a-z0-9_])(?:" + "|".join(parts) + ")(?![a-z0-9_])"
 
 
 def _signature_data(signature: Signature) -> list[object]:
@@ -211,6 +222,7 @@ def compact_index(full: dict[str, object]) -> dict[str, object]:
         "phrases": {k: [" ".join(p) for p in v] for k, v in phrases.items()},  # for the docs site
         "signatures": full["signatures"],
         "confidence": full["confidence"],
+        "domain": full.get("domain"),
         "variants": full["variants"],
         "shapes": _shapes(postings),
     }

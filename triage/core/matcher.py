@@ -12,7 +12,8 @@ Three signals per entry, from the compiled index (triage.core.match_index):
 They add up to a raw score. Whether to answer is a confidence model fitted on the corpus's train
 split (bench/fit_confidence.py): the probability that the best entry is right, from its evidence
 from words, its lead in words over every other entry, the strength of its matched signature, how
-many of the query's words the knowledge knows and what share it has never seen. A signature can put
+many of the query's words the knowledge knows, what share it has never seen, and whether it holds
+a word of the domain at all (knowledge/domain.yaml). A signature can put
 an entry first although the report's words point to another (a segfault line quoted in a feature
 request about logging, "Connection reset by peer" in an ssh question): its lead in words is then
 negative, and the confidence says so, where a lead in raw score would read the signature as a
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 else:
     from triage.core.records import NamedTuple
 
-INDEX_FORMAT = 7  # the shape of the compiled index (triage.core.match_index writes it)
+INDEX_FORMAT = 8  # the shape of the compiled index (triage.core.match_index writes it)
 
 W_COVERAGE = 1.0
 W_PHRASE = 0.5
@@ -63,9 +64,11 @@ class Confidence(NamedTuple):
     other entry (negative when a signature put it ahead of what the words say), the strength of its
     matched error signature (0 when none matched), how many of the
     query's words the knowledge knows (log(1 + n): a long real report says more than three words
-    that happen to be ours) and the share of its words the knowledge has never seen (users' own
-    reports are compiled in, so a text mostly about other things is likely about another domain).
-    Words the knowledge does not know never change the ranking, only this confidence."""
+    that happen to be ours), the share of its words the knowledge has never seen (users' own
+    reports are compiled in, so a text mostly about other things is likely about another domain)
+    and whether it holds any of the domain words (knowledge/domain.yaml: "Connection reset by
+    peer" from ssh says nothing of torch). Words the knowledge does not know never change the
+    ranking, only this confidence."""
 
     bias: float = -3.0
     score: float = 4.0
@@ -73,13 +76,21 @@ class Confidence(NamedTuple):
     signature: float = 2.0
     known: float = 0.0
     unknown: float = 0.0
+    domain: float = 0.0
     threshold: float = 0.5
 
     def probability(
-        self, score: float, lead: float, signature: float, known: int = 0, unknown: int = 0
+        self,
+        score: float,
+        lead: float,
+        signature: float,
+        known: int = 0,
+        unknown: int = 0,
+        domain: bool = False,
     ) -> float:
         z = self.bias + self.score * score + self.lead * lead + self.signature * signature
         z += self.known * math.log1p(known) + self.unknown * unknown / max(known + unknown, 1)
+        z += self.domain * domain
         return 1 / (1 + math.exp(-max(-40.0, min(40.0, z))))
 
 
@@ -163,6 +174,8 @@ class Index:
         ]
         conf = data.get("confidence")
         self.confidence = Confidence(**conf) if isinstance(conf, dict) else Confidence()
+        domain = data.get("domain")
+        self.domain = re.compile(domain) if isinstance(domain, str) else None
         self._regex: dict[str, re.Pattern[str] | None] = {}
         self._data = data
 
@@ -204,6 +217,10 @@ class Index:
                 if distance <= limit and (best is None or (distance, known) < best):
                     best = (distance, known)
         return best[1] if best else None
+
+    def in_domain(self, lowered: str) -> bool:
+        """Whether a (lower-cased) text holds one of the domain words (knowledge/domain.yaml)."""
+        return self.domain is not None and self.domain.search(lowered) is not None
 
     def regex(self, pattern: str) -> re.Pattern[str] | None:
         if pattern not in self._regex:
@@ -359,12 +376,13 @@ def rank(kb: KnowledgeBase, text: str, top: int = 5) -> Match:
     by_words = [*sorted((word_evidence(raw, sig) for raw, sig, *_ in scored), reverse=True)[:2], 0.0, 0.0]
     hits = []
     probability = 0.0
+    domain = index.in_domain(lowered)
     for i, (raw, sig, entry_id, reasons, position) in enumerate(scored[: max(top, 1)]):
         words = word_evidence(raw, sig)
         lead = words - (by_words[1] if words >= by_words[0] else by_words[0])  # over every other entry
         if i > 0:  # ... and an entry ranked below the best is behind it, whatever its words say
             lead = min(lead, raw - best_raw)
-        p = conf.probability(words, lead, sig, known, unknown)
+        p = conf.probability(words, lead, sig, known, unknown, domain)
         probability = p if i == 0 else probability
         if names[position]:
             heaviest = [t for _, t in sorted(names[position], reverse=True)[:5]]

@@ -158,14 +158,15 @@ def with_docs(kb: KnowledgeBase, root: str | None = None) -> KnowledgeBase:
     from triage.core.match_index import build_index_data, compact_index
     from triage.core.separate import REACH, stored_reach
     from triage.kb import markdown_ast
-    from triage.kb.matching import english_zipf, read_confidence, read_reports
+    from triage.kb.matching import english_zipf, read_confidence, read_domain, read_reports
 
     docs = {
         e.id: {name: markdown_ast.parse(getattr(e, name)) for name in DOC_FIELDS} for e in kb.entries.values()
     }
     confidence = read_confidence(root) if root is not None else None
     reports = read_reports(root) if root is not None else None
-    index = compact_index(build_index_data(kb, english_zipf(), confidence, reports))
+    domain = read_domain(root) if root is not None else None
+    index = compact_index(build_index_data(kb, english_zipf(), confidence, reports, domain))
     index[REACH] = stored_reach(kb)
     return kb._replace(docs=docs, match_index=index)
 

@@ -17,9 +17,10 @@ MAX_SOURCE_BYTES = 1 << 20  # a knowledge file is a few KB; a bigger one is a mi
 ENTRY_DIR = "entries"
 TOP_FILES = ("sections.yaml", "facts.yaml", "graph.yaml", "vocabulary.yaml")
 COMPILED_NAME = "compiled.json"
-# Files the knowledge may have, both written by bench/fit_confidence.py from the corpus's train
-# split: the confidence model `ask` abstains by, and the labelled reports compiled into the index.
-OPTIONAL_FILES = ("confidence.yaml", "reports.yaml")
+# Files the knowledge may have: the confidence model `ask` abstains by and the labelled reports
+# compiled into the index (both written by bench/fit_confidence.py from the corpus's train split),
+# and the words that say a text is about training at all (a feature of that model).
+OPTIONAL_FILES = ("confidence.yaml", "reports.yaml", "domain.yaml")
 
 
 def source_files(root: StrPath) -> list[str]:

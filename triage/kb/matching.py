@@ -5,6 +5,8 @@
   moderately rare, and `triage kb check` reports compiled.json as written differently.
 - The confidence model (knowledge/confidence.yaml, written by bench/fit_confidence.py from the
   corpus's train split): when `ask` answers and when it says nothing matches well.
+- The domain words (knowledge/domain.yaml, written by hand): a text that holds none of them is
+  likely about another domain; a feature of the confidence model.
 - The labelled reports (knowledge/reports.yaml, written by the same script from the same train
   split, never from test): real users' descriptions of each entry, compiled into the index as
   further phrasings of its symptoms.
@@ -13,13 +15,16 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 
 from triage.core.errors import UserError
 from triage.core.matcher import Confidence
 from triage.kb.fingerprint import OPTIONAL_FILES
 
-CONFIDENCE_NAME, REPORTS_NAME = OPTIONAL_FILES
+CONFIDENCE_NAME, REPORTS_NAME, DOMAIN_NAME = OPTIONAL_FILES
+DOMAIN_WORD = re.compile(r"[a-z0-9][a-z0-9_\- ]{0,39}\*?")
+MAX_DOMAIN_WORDS = 1000
 
 
 def english_zipf() -> Callable[[str], float] | None:
@@ -87,3 +92,22 @@ def read_reports(root: str | os.PathLike[str]) -> dict[str, list[str]] | None:
     ):
         raise UserError(f"{path}: needs a `reports:` mapping of entry ids to lists of texts")
     return {k: list(v) for k, v in reports.items()}
+
+
+def read_domain(root: str | os.PathLike[str]) -> list[str] | None:
+    """The words that say a text is about training (lower case, a trailing * for a prefix), or None
+    when the knowledge has no domain.yaml."""
+    path = os.path.join(os.fspath(root), DOMAIN_NAME)
+    data = _optional_yaml(path)
+    if data is None:
+        return None
+    words = data.get("words") if isinstance(data, dict) else None
+    if not isinstance(words, list) or not words or len(words) > MAX_DOMAIN_WORDS:
+        raise UserError(f"{path}: needs a `words:` list of 1 to {MAX_DOMAIN_WORDS} words")
+    for word in words:
+        if not isinstance(word, str) or not DOMAIN_WORD.fullmatch(word):
+            raise UserError(
+                f"{path}: {word!r} is not a domain word (lower-case letters, digits, _, - or a space;"
+                " at most 40 characters; a trailing * for a prefix)"
+            )
+    return sorted(set(words))

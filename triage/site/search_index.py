@@ -66,6 +66,7 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
             "maxWindows": safe_regex.MAX_WINDOWS,
             "windowGap": text.WINDOW_GAP,
             "confidence": index.confidence._asdict(),
+            "domain": data.get("domain"),  # the domain words' pattern (knowledge/domain.yaml)
         },
         "stopwords": sorted(text.STOPWORDS),
         "pluralAcronyms": sorted(text.PLURAL_ACRONYMS),

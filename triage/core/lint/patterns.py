@@ -189,3 +189,60 @@ def find_unused_spelling(call: Call) -> str | None:
     ):
         return 'strategy="ddp_find_unused_parameters_true"'
     return None
+
+
+def guards(script: Script, node: ast.AST) -> set[str]:
+    """The texts of the conditions `node` runs under (`args.fsdp` for a wrap inside `if args.fsdp:`)."""
+    found = set()
+    child: ast.AST = node
+    for outer in script.ancestors(node):
+        if isinstance(outer, ast.If) and child in outer.body:
+            found.add(script.text(outer.test, 120))
+        child = outer
+    return found
+
+
+def ruled_out(script: Script, node: ast.AST, conditions: set[str]) -> bool:
+    """Whether `node` runs only where one of `conditions` is false: in the `else` of `if C:`, under
+    `if not C:`, or after `assert not C` (or `if C: raise`) earlier in a block that holds it."""
+    if not conditions:
+        return False
+    child: ast.AST = node
+    for outer in script.ancestors(node):
+        if isinstance(outer, ast.If):
+            test = outer.test
+            if child in outer.orelse and script.text(test, 120) in conditions:
+                return True
+            if (
+                child in outer.body
+                and isinstance(test, ast.UnaryOp)
+                and isinstance(test.op, ast.Not)
+                and script.text(test.operand, 120) in conditions
+            ):
+                return True
+        for block in ("body", "orelse", "finalbody"):
+            statements = getattr(outer, block, None)
+            if (
+                isinstance(statements, list)
+                and child in statements
+                and any(_precludes(script, s, conditions) for s in statements[: statements.index(child)])
+            ):
+                return True
+        child = outer
+    return False
+
+
+def _precludes(script: Script, statement: ast.stmt, conditions: set[str]) -> bool:
+    if isinstance(statement, ast.Assert):
+        test = statement.test
+        return (
+            isinstance(test, ast.UnaryOp)
+            and isinstance(test.op, ast.Not)
+            and script.text(test.operand, 120) in conditions
+        )
+    return (
+        isinstance(statement, ast.If)
+        and script.text(statement.test, 120) in conditions
+        and bool(statement.body)
+        and isinstance(statement.body[-1], ast.Raise)
+    )

@@ -56,6 +56,10 @@ MAIN_NAMES = frozenset(
         "is_primary",
         "is_rank_0",
         "is_chief",
+        "is_root_worker",  # DALLE-pytorch's backends, DeepSpeed-era helpers
+        "is_local_root_worker",
+        "is_root_process",
+        "is_first_worker",
     }
 )
 MAIN_DECORATORS = frozenset(

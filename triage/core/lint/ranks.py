@@ -190,7 +190,11 @@ class RankModel:
             return self.negatable(test.value, scope)
         if isinstance(test, ast.BoolOp):
             ranked = [v for v in test.values if self.side(v, scope) is not None]
-            if isinstance(test.op, ast.And) and len(ranked) != len(test.values):
+            unranked = [v for v in test.values if self.side(v, scope) is None]
+            # `dist.is_initialized() and rank != 0`: its negation is "one process, or rank 0"
+            if isinstance(test.op, ast.And) and not all(
+                _distributed_check(self.script.text(v, 120)) for v in unranked
+            ):
                 return False
             return all(self.negatable(v, scope) for v in ranked)
         return self.side(test, scope) is not None
@@ -204,6 +208,8 @@ class RankModel:
             if not self._is_rankish(right, scope):
                 return None
             left, right, op = right, left, flip(op)
+        if _group_rank(left):
+            return "other"  # `dist.get_rank(group=tp) == 0`: rank 0 of every such group
         if isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Name | ast.Attribute | ast.Call):
             return "other"  # `dist.get_rank() in ranks_to_save`: the ranks that list holds
         if isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Tuple | ast.List | ast.Set):
@@ -235,6 +241,7 @@ class RankModel:
 
     def _collect_names(self) -> None:
         script = self.script
+        self._local_rank_options()
         bindings: list[ast.Assign | ast.AnnAssign | ast.NamedExpr] = [
             *script.of_type(ast.Assign),
             *script.of_type(ast.AnnAssign),
@@ -264,6 +271,41 @@ class RankModel:
                         self._store(self.values, target.elts[0], "global", scope)
                 else:
                     self._bind(target, value, scope)
+
+    def _local_rank_options(self) -> None:
+        """`parser.add_argument("--rank", "--local_rank")`: the launcher passes the local rank, so
+        `args.rank` holds it, whatever the first option is called."""
+        options = [
+            call
+            for call in self.script.calls("add_argument")
+            if any(
+                isinstance(a, ast.Constant) and str(a.value).lstrip("-").replace("-", "_") == "local_rank"
+                for a in call.node.args
+            )
+        ]
+        holders = {
+            dotted(target)
+            for node in self.script.of_type(ast.Assign)
+            if isinstance(node.value, ast.Call) and dotted(node.value.func).endswith("parse_args")
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for call in options:
+            dest = call.kwarg("dest")
+            longs = [
+                str(a.value)
+                for a in call.node.args
+                if isinstance(a, ast.Constant) and str(a.value).startswith("--")
+            ]
+            name = (
+                str(dest.value)
+                if isinstance(dest, ast.Constant)
+                else longs[0][2:].replace("-", "_")
+                if longs
+                else ""
+            )
+            for holder in holders:
+                self.values.setdefault(self.script.tree, {})[f"{holder}.{name}"] = "local"
 
     def _bind_returned(self, target: ast.Tuple, function: FunctionNode) -> None:
         """Bind each name of `target` to what `function` returns at its position, where every
@@ -381,3 +423,20 @@ def _needs_every_rank(text: str) -> bool:
     """A test of a backend under which every rank must make the call (DeepSpeed, FSDP)."""
     lowered = text.lower()
     return "deepspeed" in lowered or "fsdp" in lowered or "fully_shard" in lowered
+
+
+def _group_rank(expr: ast.AST) -> bool:
+    """`dist.get_rank(group=g)` / `dist.get_rank(g)`: a rank within a process group, not the job's."""
+    if not isinstance(expr, ast.Call) or dotted(expr.func).rsplit(".", 1)[-1] != "get_rank":
+        return False
+    given = expr.args[0] if expr.args else next((k.value for k in expr.keywords if k.arg == "group"), None)
+    return given is not None and not (isinstance(given, ast.Constant) and given.value is None)
+
+
+def _distributed_check(text: str) -> bool:
+    """`dist.is_initialized()`, `args.distributed`, `world_size > 1`: whether the job is distributed
+    at all (false in a single process, which is rank 0)."""
+    lowered = text.lower()
+    return any(
+        word in lowered for word in ("is_initialized", "is_available", "distributed", "ddp", "world_size")
+    )

@@ -88,12 +88,29 @@ def callbacks(ctx: Context) -> set[str]:
         arg.id
         for c in ctx.script.call_list
         if c.tail not in LAUNCHES  # a worker handed to mp.spawn runs on every rank
+        and not _starts_job(ctx, c.node)
         for arg in (*c.node.args, *(k.value for k in c.node.keywords))
         if isinstance(arg, ast.Name) and arg.id in ctx.script.functions
     }
     found = passed - called
     ctx.script.cache["reach.callbacks"] = found
     return found
+
+
+_ENTRY_TAILS = frozenset({"Fire", "run", "CLI", "cli", "main"})
+
+
+def _starts_job(ctx: Context, call: ast.Call) -> bool:
+    """`fire.Fire(train)`, `app.run(main)`, `jsonargparse.CLI(main)` at module level, or any call in
+    the `__main__` block: the function handed over is the job itself, run in every process."""
+    if _owners(ctx, call):
+        return False
+    if dotted(call.func).rsplit(".", 1)[-1] in _ENTRY_TAILS:
+        return True
+    return any(
+        isinstance(outer, ast.If) and "__main__" in ctx.script.text(outer.test, 200)
+        for outer in ctx.script.ancestors(call)
+    )
 
 
 def _owners(ctx: Context, node: ast.AST) -> list[str]:
@@ -172,3 +189,55 @@ def has_entry(ctx: Context) -> bool:
     ) or any(c.tail in SETUP_TAILS and not _owners(ctx, c.node) for c in script.call_list)
     ctx.script.cache["reach.entry"] = entry
     return entry
+
+
+_EVALUATION_WORDS = ("eval", "valid", "test", "infer", "predict")
+
+
+def for_evaluation(ctx: Context, node: ast.AST) -> bool:
+    """Whether `node` serves evaluation only: its function is named for it or switches the model to
+    `.eval()`, or every call of that function in this file is inside such a function
+    (`get_dataloader(...)` called only from `pretrain_validation()`). An evaluation pass reads each
+    sample once; the order of its batches does not matter."""
+    function = next((a for a in ctx.script.ancestors(node) if isinstance(a, FunctionNode)), None)
+    if function is None:
+        return False
+    if _evaluates(ctx, function):
+        return True
+    holders = _callers(ctx).get(id(function), [])
+    return bool(holders) and all(h is not None and _evaluates(ctx, h) for h in holders)
+
+
+def _callers(ctx: Context) -> dict[int, list[FunctionNode | None]]:
+    """id(function of this file) -> the function around each call of it (None at module level)."""
+    cached = ctx.script.cache.get("reach.callers")
+    if isinstance(cached, dict):
+        return cached
+    found: dict[int, list[FunctionNode | None]] = {}
+    for c in ctx.script.call_list:
+        local = ctx.script.local_function(c.node)
+        if local is not None:
+            holder = next((a for a in ctx.script.ancestors(c.node) if isinstance(a, FunctionNode)), None)
+            found.setdefault(id(local), []).append(holder)
+    ctx.script.cache["reach.callers"] = found
+    return found
+
+
+def _evaluates(ctx: Context, function: FunctionNode) -> bool:
+    """Named for evaluation (not for training too: `train_validate_test`), or switching the model to
+    `.eval()` and never training it (no `.train()`, `.backward()` or `.step()`)."""
+    key = f"reach.evaluates.{id(function)}"
+    cached = ctx.script.cache.get(key)
+    if isinstance(cached, bool):
+        return cached
+    name = function.name.lower()
+    methods = {
+        inner.func.attr
+        for inner in ast.walk(function)
+        if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and not inner.args
+    }
+    found = ("train" not in name and any(word in name for word in _EVALUATION_WORDS)) or (
+        "eval" in methods and not methods & {"train", "backward", "step"}
+    )
+    ctx.script.cache[key] = found
+    return found

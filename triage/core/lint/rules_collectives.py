@@ -346,14 +346,20 @@ def _candidates(ctx: Context) -> Iterator[_Candidate]:
             continue
         comm = communication(ctx, call)
         if comm is not None:
-            # `if rank in ranks: all_reduce(t, group=group_of_those_ranks)`: members only, as it should be
-            if not (gate.side == "other" and call.kwarg("group") is not None):
+            if not _members_only(gate, comm.node):
                 yield _Candidate(comm, gate, call.node, "")
             continue
         helper = ctx.script.local_function(call.node)
         if helper is not None and helper is not ctx.script.scope_of(call.node):
             for found, via in _helper_communications(ctx, call, helper):
-                yield _Candidate(found, gate, call.node, via)
+                if not _members_only(gate, found.node):
+                    yield _Candidate(found, gate, call.node, via)
+
+
+def _members_only(gate: Gate, collective: ast.Call) -> bool:
+    """`if rank in ranks: all_reduce(t, group=group_of_those_ranks)` (or a helper that does it, under
+    `if is_member(group):`): the members of a subgroup, as it should be."""
+    return gate.side == "other" and any(k.arg == "group" for k in collective.keywords)
 
 
 def _other_arm_calls(ctx: Context, c: _Candidate) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
 from triage.core.lint.patterns import is_backward, value_before, world_size
-from triage.core.lint.reach import has_entry, reached
+from triage.core.lint.reach import for_evaluation, has_entry, reached
 from triage.core.lint.script import Call, Scope, dotted
 
 TRG009 = Rule(
@@ -262,6 +262,8 @@ def _check_set_epoch(ctx: Context) -> Iterator[Finding]:
         data = call.node.args[0] if call.node.args else call.kwarg("dataset")
         if data is not None and any(w in script.text(data, 80).lower() for w in _EVAL_WORDS):
             continue  # an evaluation sampler: its order does not matter
+        if for_evaluation(ctx, call.node):
+            continue
         if _handed_away(ctx, call) or _builder_for_another_module(ctx, call):
             continue
         yield ctx.finding(

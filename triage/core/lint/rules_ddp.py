@@ -3,7 +3,7 @@
 TRG008: `find_unused_parameters=True` in any of its spellings.
 TRG010: BatchNorm in a DDP model that is never converted to SyncBatchNorm.
 TRG011: the global batch grows with the world size while the learning rate does not.
-TRG051: `torch.compile` applied before the DDP/FSDP wrapper.
+TRG051: `torch.compile` applied before the FSDP1 wrapper (DDP is fine either way).
 """
 
 from __future__ import annotations
@@ -113,27 +113,29 @@ TRG051 = Rule(
     entry="E8",
     severity="warning",
     name="compile-before-wrap",
-    message="torch.compile is applied before the DDP/FSDP wrapper",
-    fix="wrap first, then compile: `model = torch.compile(DDP(model, ...))`",
+    message="torch.compile is applied before the FSDP (FSDP1) wrapper",
+    fix="wrap first, then compile: `model = torch.compile(FSDP(model, use_orig_params=True, ...))`",
     fact="lint.compile_before_wrap",
     finds=(
-        "`DDP(...)` or `FSDP(...)` (FSDP1) whose module was compiled first: `DDP(torch.compile(model))`,"
-        " or `model = torch.compile(model)` / `model.compile()` earlier in the same function."
+        "`FSDP(...)` (FSDP1) whose module was compiled first: `FSDP(torch.compile(model))`, or"
+        " `model = torch.compile(model)` / `model.compile()` earlier in the same function. DDP is not"
+        " reported: Dynamo finds the DDP module around a compiled inner module and splits its graph at"
+        " the buckets (DDPOptimizer), and PyTorch's guide compiles the module passed to DDP."
     ),
     why=(
-        "Compiled first, the model hides DDP's gradient buckets from Dynamo: DDPOptimizer cannot split"
-        " the graph at bucket boundaries, so the all-reduces no longer overlap backward. For FSDP1 the"
-        " compiled graph breaks at every flat-parameter boundary. The run is slower than it should be"
-        " and may recompile."
+        "FSDP1 replaces the module's parameters with views of its flat parameters and wraps the"
+        " submodules its policy names; a module compiled before that has its graph traced on the old"
+        " module tree, so it breaks at every flat-parameter boundary and recompiles. Wrapped first"
+        " (with `use_orig_params=True`), the compiled graph sees the sharded module as it runs."
     ),
     example=(
-        "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n\n"
         "model = torch.compile(model)\n"
-        "model = DDP(model, device_ids=[local_rank])\n"
+        "model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True)\n"
     ),
     fixed=(
-        "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n\n"
-        "model = DDP(model, device_ids=[local_rank])\n"
+        "import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n\n"
+        "model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True)\n"
         "model = torch.compile(model)\n"
     ),
 )
@@ -288,7 +290,9 @@ def _compiled_names(ctx: Context) -> dict[tuple[int, str], int]:
 
 def _check_compile_order(ctx: Context) -> Iterator[Finding]:
     compiled = _compiled_names(ctx)
-    for kind in ("ddp", "fsdp"):
+    # DDP is left out on purpose: Dynamo sees the active DDP module around a compiled inner module
+    # and applies DDPOptimizer there too (torch/_dynamo/convert_frame.py).
+    for kind in ("fsdp",):
         for site in ctx.wrappers.sites.get(kind, []):
             if not site.args:
                 continue
@@ -297,13 +301,13 @@ def _check_compile_order(ctx: Context) -> Iterator[Finding]:
             direct = isinstance(module, ast.Call) and ctx.script.qual(module.func) == "torch.compile"
             line = compiled.get((id(scope), dotted(module)), 0)
             if direct or 0 < line < site.lineno:
-                wrapper = "DDP" if kind == "ddp" else "FSDP"
+                wrapper = "FSDP"
                 when = "inside the wrapper call" if direct else f"at line {line}"
                 yield ctx.finding(
                     TRG051,
                     site,
-                    f"the module is compiled ({when}) before it is wrapped in {wrapper}: Dynamo cannot see the"
-                    f" {wrapper} hooks, so communication no longer overlaps; wrap first, then compile",
+                    f"the module is compiled ({when}) before it is wrapped in {wrapper}: FSDP1 re-wraps the module"
+                    f" tree under the compiled graph, which breaks and recompiles; wrap first, then compile",
                 )
 
 

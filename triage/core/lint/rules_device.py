@@ -216,6 +216,7 @@ def _check_unbound(ctx: Context) -> Iterator[Finding]:
     if (
         any(c.name.startswith("torch.cuda") for c in script.calls("set_device"))
         or "CUDA_VISIBLE_DEVICES" in script.strings
+        or any(_device_helper(ctx, c) for c in script.call_list)
     ):
         return
     for call in script.call_list:
@@ -227,6 +228,16 @@ def _check_unbound(ctx: Context) -> Iterator[Finding]:
                 " rank (no torch.cuda.set_device): every rank lands on cuda:0",
             )
             return
+
+
+def _device_helper(ctx: Context, call: Call) -> bool:
+    """A helper of the project's own library that picks this rank's device (torchtune's
+    `utils.get_device(cfg.device)`, `setup_device(...)`): it may well call set_device itself."""
+    return (
+        not call.name.startswith("torch.")
+        and ctx.script.local_function(call.node) is None
+        and call.tail in ("get_device", "setup_device", "init_device", "set_device", "setup_devices")
+    )
 
 
 def _check_load(ctx: Context) -> Iterator[Finding]:

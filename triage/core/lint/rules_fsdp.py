@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.patterns import loops_of, world_size
+from triage.core.lint.patterns import guards, loops_of, ruled_out, world_size
 from triage.core.lint.script import Call, const_int
 
 TRG012 = Rule(
@@ -227,13 +227,19 @@ def _check_precision(ctx: Context) -> Iterator[Finding]:
 
 
 def _check_scaler(ctx: Context) -> Iterator[Finding]:
-    if not ctx.wrappers.sites.get("fsdp"):
+    sites = ctx.wrappers.sites.get("fsdp")
+    if not sites:
         return
+    # The conditions every FSDP wrap runs under (`if args.fsdp:`): a scaler made where one is false
+    # (`assert not args.fsdp`) never meets FSDP.
+    shared = set.intersection(*(guards(ctx.script, site) for site in sites))
     for call in ctx.script.calls("GradScaler"):
         enabled = call.kwarg("enabled")
         if not call.name.startswith("torch") or (
             isinstance(enabled, ast.Constant) and enabled.value is False
         ):
+            continue
+        if ruled_out(ctx.script, call.node, shared):
             continue
         yield ctx.finding(
             TRG033,

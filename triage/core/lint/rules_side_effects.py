@@ -1,8 +1,9 @@
 """D23: side effects every rank performs when one should.
 
 TRG023: every rank writes the same checkpoint (`torch.save`, `save_pretrained`, `save_file`), creates
-        the same directory without `exist_ok`, or starts its own tracker run (`wandb.init`,
-        `SummaryWriter`, `mlflow.start_run`).
+        the same directory without `exist_ok` (`os.makedirs`, `os.mkdir`, `Path.mkdir`), deletes the
+        same tree (`shutil.rmtree`), or starts its own tracker run (`wandb.init`, `SummaryWriter`,
+        `mlflow.start_run`).
 TRG037: every rank prints in the training loop or draws its own progress bar.
 
 Code counts as gated when it sits under a rank condition, or in a function of this file that is
@@ -15,8 +16,9 @@ import ast
 from collections.abc import Iterator
 
 from triage.core.lint.context import Context
+from triage.core.lint.directories import created_in_turn, exists_guarded, path_mkdir
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.patterns import loops_of
+from triage.core.lint.patterns import kwarg_true, loops_of
 from triage.core.lint.reach import anchored
 from triage.core.lint.script import Call, dotted
 
@@ -33,13 +35,16 @@ TRG023 = Rule(
         " that does not contain the rank, `save_pretrained` of a model without `is_main_process=` (not a"
         " tokenizer's or config's, nor in a script the HF Trainer runs, where each rank writes the same"
         " whole weights),"
-        " `safetensors` `save_file`, `os.makedirs` without `exist_ok=True`, and `wandb.init`,"
+        " `safetensors` `save_file`, `os.makedirs`, `os.mkdir` or `Path.mkdir` without `exist_ok=True`"
+        " (unless it is made under `if not exists:` while the ranks take turns, as in"
+        " `main_process_first()`), `shutil.rmtree` without `ignore_errors=True`, and `wandb.init`,"
         " `SummaryWriter` or `mlflow.start_run`."
     ),
     why=(
         "A distributed job is N copies of the script. N processes writing one checkpoint path at once"
         ' interleave or truncate each other\'s zip archive ("failed finding central directory" on'
-        " load), `os.makedirs` races into FileExistsError, and trackers get N runs per job."
+        " load), `os.makedirs` races into FileExistsError, `shutil.rmtree` of one tree by N processes"
+        " into FileNotFoundError, and trackers get N runs per job."
     ),
     example=(
         "import torch\nimport torch.distributed as dist\n\n"
@@ -100,8 +105,44 @@ def _everyone(ctx: Context, call: Call) -> bool:
         (gate is None or gate.side == "nonzero")
         and ctx.ranks.per_rank(call.node)
         and not _conditional_expression(ctx, call)
+        and not _asserted_main(ctx, call)
+        and not _main_or_backend(ctx, call)
         and anchored(ctx, call.node)
     )
+
+
+def _main_or_backend(ctx: Context, call: Call) -> bool:
+    """`if is_main_process or distributed_type == DEEPSPEED:` lets every rank into a save that
+    DeepSpeed needs from all; the file work around it is rank 0's everywhere else, on purpose."""
+    child: ast.AST = call.node
+    for outer in ctx.script.ancestors(call.node):
+        if (
+            isinstance(outer, ast.If)
+            and child in outer.body
+            and isinstance(outer.test, ast.BoolOp)
+            and isinstance(outer.test.op, ast.Or)
+            and any(ctx.ranks.side(v, call.scope) == "zero" for v in outer.test.values)
+        ):
+            return True
+        child = outer
+    return False
+
+
+def _asserted_main(ctx: Context, call: Call) -> bool:
+    """`assert rank == 0` earlier in a block that holds the call: only rank 0 gets this far."""
+    child: ast.AST = call.node
+    for outer in ctx.script.ancestors(call.node):
+        for block in ("body", "orelse"):
+            statements = getattr(outer, block, None)
+            if isinstance(statements, list) and child in statements:
+                for statement in statements[: statements.index(child)]:
+                    if (
+                        isinstance(statement, ast.Assert)
+                        and ctx.ranks.side(statement.test, call.scope) == "zero"
+                    ):
+                        return True
+        child = outer
+    return False
 
 
 def _conditional_expression(ctx: Context, call: Call) -> bool:
@@ -208,6 +249,21 @@ def _leaves(stmt: ast.stmt) -> bool:
     )
 
 
+def _temporary(ctx: Context, path: ast.AST, call: Call) -> bool:
+    """A path in `tempfile.mkdtemp()` (or a TemporaryDirectory) made in this function, directly or
+    through the names it is built from: each process's own."""
+    values: list[ast.AST] = [path]
+    for node in ast.walk(path):
+        if isinstance(node, ast.Name | ast.Attribute):
+            values += _assigned(ctx, node, call.scope)
+    return any(
+        "tempfile" in (ctx.script.qual(n.func) or "")
+        for value in values
+        for n in ast.walk(value)
+        if isinstance(n, ast.Call)
+    )
+
+
 def _in_memory(ctx: Context, target: ast.AST, call: Call) -> bool:
     """`torch.save(obj, buffer)` into an io.BytesIO made in the same function writes no file."""
     if not isinstance(target, ast.Name):
@@ -227,6 +283,8 @@ def _write(ctx: Context, call: Call) -> str | None:
         target = call.node.args[1] if len(call.node.args) > 1 else call.kwarg("f")
         if target is None or _mentions_rank(ctx, target, call) or _in_memory(ctx, target, call):
             return None
+        if _temporary(ctx, target, call):
+            return None
         return f"torch.save() runs on every rank and the path does not contain the rank: {_SAME_FILE}"
     if tail == "save_file" and name.startswith("safetensors"):
         return f"safetensors save_file() runs on every rank: {_SAME_FILE}"
@@ -243,13 +301,33 @@ def _write(ctx: Context, call: Call) -> str | None:
             " write the same files; pass is_main_process=(rank == 0) or save on rank 0"
         )
     if name in ("wandb.init", "mlflow.start_run"):
+        names = [k.value for k in call.node.keywords if k.arg in ("name", "id", "run_name")]
+        if any(_mentions_rank(ctx, value, call) for value in names):
+            return None  # one run per process on purpose, each named for its rank
         return f"{name}() runs on every rank: one tracker run per process; start it on rank 0 only"
     if tail == "SummaryWriter" and "tensorboard" in name.lower():
         return "SummaryWriter() runs on every rank: one event file per process in the log directory; create it on rank 0 only"
-    if name == "os.makedirs" and call.kwarg("exist_ok") is None:
+    if (
+        name == "shutil.rmtree"
+        and not kwarg_true(call, "ignore_errors")
+        and len(call.node.args) == 1
+        and not _temporary(ctx, call.node.args[0], call)
+    ):
         return (
-            "os.makedirs() without exist_ok=True runs on every rank: all but the first race into"
-            " FileExistsError; pass exist_ok=True or create it on rank 0"
+            "shutil.rmtree() runs on every rank: the processes delete the same tree at once and all but"
+            " one fail with FileNotFoundError; delete on rank 0 (or pass ignore_errors=True)"
+        )
+    if (name == "os.makedirs" or path_mkdir(ctx, call)) and created_in_turn(ctx, call):
+        return None  # rank 0 creates it, the others find it there
+    if (name == "os.makedirs" and call.kwarg("exist_ok") is None) or path_mkdir(ctx, call):
+        made = f"{ctx.script.text(call.node.func, 40)}() without exist_ok=True runs on every rank"
+        if exists_guarded(ctx, call):
+            return (
+                f"{made} under `if not exists:`: two ranks can both find it missing, and the second"
+                " mkdir raises FileExistsError; pass exist_ok=True or create it on rank 0"
+            )
+        return (
+            f"{made}: all but the first race into FileExistsError; pass exist_ok=True or create it on rank 0"
         )
     return None
 

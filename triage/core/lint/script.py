@@ -59,6 +59,16 @@ _SINGLE_PROCESS_IMPORTS = (
 )
 
 
+def _project_setup_helper(target: str) -> bool:
+    """`from src.post_training.distributed import ddp_setup, ddp_wrap`: the project's own helpers
+    that start or wrap the distributed run say the script runs as several processes."""
+    *module, name = target.lower().split(".")
+    if not module or module[0] in ("torch", "accelerate", "deepspeed", "lightning", "pytorch_lightning"):
+        return False
+    words = name.split("_")
+    return "ddp" in words or name.startswith(("init_dist", "setup_dist", "dist_init", "init_distributed"))
+
+
 def _single_process_import(target: str) -> bool:
     return target.startswith(_SINGLE_PROCESS_IMPORTS)
 
@@ -89,7 +99,10 @@ class Call:
     tail: str = ""  # the last part of `name`: `barrier` for `torch.distributed.barrier`
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tail", self.name.rsplit(".", 1)[-1])
+        tail = self.name.rsplit(".", 1)[-1]
+        if not tail and isinstance(self.node.func, ast.Attribute):
+            tail = self.node.func.attr  # `self.sampler["train"].set_epoch(...)`: a method all the same
+        object.__setattr__(self, "tail", tail)
 
     @property
     def receiver(self) -> ast.expr | None:
@@ -276,6 +289,8 @@ class Script:
     def _frameworks(self) -> frozenset[str]:
         found: set[str] = set()
         for target in self.imports.values():
+            if _project_setup_helper(target):
+                found.add("torch.distributed")
             root = target.split(".", 1)[0]
             if root in _FRAMEWORK_ROOTS and not _single_process_import(target):
                 found.add(_FRAMEWORK_ROOTS[root])
@@ -286,9 +301,10 @@ class Script:
                 found.add("torch.distributed")
         for call in self.call_list:
             name = call.name
-            if name.startswith(("torch.distributed.", "torch.nn.parallel.")) and not _single_process_import(
-                name
-            ):
+            if (
+                name.startswith(("torch.distributed.", "torch.nn.parallel."))
+                or (name.startswith("torch.") and call.tail == "DistributedSampler")
+            ) and not _single_process_import(name):
                 found.add("torch.distributed")
             elif call.tail in SPAWNERS and name.startswith("torch.multiprocessing"):
                 found.add("spawn")

@@ -53,7 +53,14 @@ def wrapper_kind(script: Script, call: ast.Call) -> Kind | None:
         return "hf_trainer"
     if tail == "compile" and name.startswith("torch") and call.args and isinstance(call.args[0], ast.Call):
         return wrapper_kind(script, call.args[0])
+    if _project_ddp_wrapper(tail) and not name.startswith("torch.") and tail not in script.functions:
+        return "ddp"  # the project's own `ddp_wrap(model, ctx)`, imported from its distributed helpers
     return None
+
+
+def _project_ddp_wrapper(tail: str) -> bool:
+    lowered = tail.lower()
+    return "ddp" in lowered.split("_") and ("wrap" in lowered or lowered.startswith("to_"))
 
 
 class Wrappers:
@@ -62,6 +69,7 @@ class Wrappers:
     def __init__(self, script: Script) -> None:
         self.script = script
         self.names: dict[Scope, dict[str, Kind]] = {}
+        self.first_wrap: dict[tuple[Scope, str], int] = {}  # the line a plain name is first wrapped on
         self.attributes: dict[str, Kind] = {}
         self.sites: dict[Kind, list[ast.Call]] = {}
         self._collect()
@@ -98,6 +106,8 @@ class Wrappers:
     def _bind(self, target: ast.AST, kind: Kind, scope: Scope) -> None:
         if isinstance(target, ast.Name):
             self.names.setdefault(scope, {})[target.id] = kind
+            key = (scope, target.id)
+            self.first_wrap[key] = min(self.first_wrap.get(key, target.lineno), target.lineno)
         elif isinstance(target, ast.Attribute) and dotted(target):
             self.attributes[dotted(target)] = kind
 
@@ -106,6 +116,8 @@ class Wrappers:
         if expr is None:
             return None
         if isinstance(expr, ast.Name):
+            if self._before_wrapping(expr, scope):
+                return None
             current: Scope | None = scope
             while current is not None:
                 found = self.names.get(current, {}).get(expr.id)
@@ -118,6 +130,17 @@ class Wrappers:
         if isinstance(expr, ast.Call):
             return wrapper_kind(self.script, expr)
         return None
+
+    def _before_wrapping(self, name: ast.Name, scope: Scope) -> bool:
+        """`model(x)` above `model = DDP(model)` in the same function, and in no loop that also runs
+        the wrapping: there `model` is still the plain module."""
+        wrapped = self.first_wrap.get((scope, name.id))
+        if wrapped is None or name.lineno >= wrapped:
+            return False
+        return not any(
+            isinstance(outer, ast.For | ast.While) and outer.lineno <= wrapped <= (outer.end_lineno or 0)
+            for outer in self.script.ancestors(name)
+        )
 
     def _engine_parameter(self, name: str, scope: Scope) -> Kind | None:
         """A parameter named like a DeepSpeed engine bound elsewhere in the file (`train(model_engine)`)."""

@@ -183,7 +183,8 @@
       });
       return { e: e, sigs: sigs, phrases: e.phrases.map(function (p) { return [p[0], p[1].split(" "), p[2]]; }) };
     });
-    return { m: m, tokens: tokens, posting: posting, correct: correct, entries: entries };
+    var domain = m.domain ? new RegExp(m.domain) : null;
+    return { m: m, tokens: tokens, posting: posting, correct: correct, entries: entries, domain: domain };
   }
 
   function pairs(tokens) {
@@ -233,9 +234,9 @@
     return out;
   }
 
-  function probability(c, score, lead, signature, known, unknown) {
+  function probability(c, score, lead, signature, known, unknown, domain) {
     var z = c.bias + c.score * score + c.lead * lead + c.signature * signature + c.known * Math.log1p(known);
-    z += c.unknown * unknown / Math.max(known + unknown, 1);
+    z += c.unknown * unknown / Math.max(known + unknown, 1) + (c.domain || 0) * (domain ? 1 : 0);
     return 1 / (1 + Math.exp(-Math.max(-40, Math.min(40, z))));
   }
 
@@ -280,10 +281,11 @@
     byWords.sort(function (a, b) { return b - a; });
     byWords.push(0, 0);
     var top = scored.length ? scored[0].raw : 0;
+    var inDomain = x.domain !== null && x.domain.test(lowered);
     scored.forEach(function (r, i) {
       var words = r.raw - m.wSignature * r.signature, lead = words - (words >= byWords[0] ? byWords[1] : byWords[0]);
       if (i > 0) lead = Math.min(lead, r.raw - top);  // ranked below the best: behind it, whatever its words say
-      r.probability = probability(c, words, lead, r.signature, known, unknown);
+      r.probability = probability(c, words, lead, r.signature, known, unknown, inDomain);
       r.score = Math.round(1000 * r.probability) / 1000;
     });
     return scored;
