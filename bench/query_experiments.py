@@ -64,7 +64,10 @@ second_view   The same report scored by an index with a steeper English weight (
               0.82): the best entry's words and lead there, or whether it is that index's best too.
               AUC A 0.801-0.813, B 0.812-0.829; CV top-1 A 42.1-44.5 %, B 43.9-49.3 %. The second
               lead: the steeper view's words + lead give B 49.3 % (objective 530 against 502, precision
-              90.7 %) but A 42.5 % (336 against 346): not stable across the two corpora.
+              90.7 %) but A 42.5 % (336 against 346). Re-run on B with the sixth feature: its lead
+              alone gives CV top-1 50.5 % against 47.4 % (objective 535 against 512, precision 90.2 %,
+              must-abstain 99.0 %), on A 43.9 % against 44.6 %. Worth a test on the next corpus; to
+              ship it, ask (and search.js) would sum a second weight per term (w x english^0.5).
 
 Where the misses are (A; bench_eval.py --split train --show-misses): of the 117 queries whose first
 entry is wrong, the right one is second for 47, third to fifth for 32, lower for 34 (or the item is
