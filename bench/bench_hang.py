@@ -52,10 +52,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ranks", type=int, default=16, help="ranks of the large job (default 16)")
     parser.add_argument("--no-16", dest="large", action="store_false", help="skip the large job")
+    parser.add_argument(
+        "--only", action="append", default=[], metavar="ID", help="time these scenarios only (repeatable)"
+    )
     args = parser.parse_args()
     print(f"{'scenario':<10} {'ranks':>5} {'median s':>9} {'worst s':>8}  first diagnosis")
     for scenario in HANGS:
-        _time(scenario.id, scenario)
+        if not args.only or scenario.id in args.only:
+            _time(scenario.id, scenario)
+    if args.only:
+        return 0
     with tempfile.TemporaryDirectory() as dumps:
         env = {"TORCH_FR_BUFFER_SIZE": "64", "TORCH_FR_DUMP_TEMP_FILE": f"{dumps}/rank_"}
         _time("D21+FR", HANGS[0], env, recorders=True)

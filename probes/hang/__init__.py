@@ -15,20 +15,19 @@ from dataclasses import replace
 
 from probes.hang.discover import (
     LOCAL_WORLD_VARS,
-    SPAWN,
-    WORLD_VARS,
     Proc,
     all_procs,
     find_agents,
     find_ranks,
-    is_spawn_child,
     launcher_label,
     launcher_of,
     read_proc,
+    started_as,
 )
 from probes.hang.pyspy import StackUnreadable, missing_message, pyspy_binary, sample
 from probes.hang.sources import Sources
 from probes.hang.workers import stuck_worker, waits_on_loader
+from triage.core.hang.classify import in_distributed
 from triage.core.hang.stacks import RankSample
 
 
@@ -36,10 +35,11 @@ class NoJob(Exception):
     """No rank process to look at; the message says what was looked for."""
 
 
-def _job_key(proc: Proc) -> tuple[str, str, str]:
+def _job_key(proc: Proc, procs: dict[int, Proc]) -> tuple[str, str, str]:
     env = proc.env
-    if proc.rank is None and is_spawn_child(proc):  # the ranks one mp.spawn started
-        return (SPAWN, str(proc.ppid), "")
+    how = started_as(proc, procs) if proc.rank is None else ""
+    if how:  # the ranks one mp.spawn (or multiprocessing) started
+        return (how, str(proc.ppid), "")
     return (env.get("TORCHELASTIC_RUN_ID", ""), env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""))
 
 
@@ -49,7 +49,7 @@ def _identity(proc: Proc, host: str, launcher: str = "") -> RankSample:
         host=host,
         rank=proc.rank,
         local_rank=proc.local_rank,
-        world_size=proc.first(WORLD_VARS),
+        world_size=proc.world_size,
         local_world_size=proc.first(LOCAL_WORLD_VARS),
         launcher=launcher,
         master_addr=proc.env.get("MASTER_ADDR", ""),
@@ -79,7 +79,8 @@ def read_rank(
         return replace(identity, error=str(exc), gone=read_proc(proc.pid) is None)
     worker = stuck_worker(list(children), timeout_s, deadline) if waits_on_loader(dump.frames) else None
     worker_pid, worker_frames = worker or (0, ())
-    contexts = sources.contexts((*dump.frames, *worker_frames))
+    threads = tuple(t for t in dump.threads if in_distributed(t.frames))
+    contexts = sources.contexts((*dump.frames, *worker_frames, *(f for t in threads for f in t.frames)))
     rank = identity.rank if identity.rank is not None else dump.rank
     return replace(
         identity,
@@ -90,6 +91,7 @@ def read_rank(
         contexts=contexts,
         worker_pid=worker_pid,
         worker_frames=worker_frames,
+        threads=threads,
     )
 
 
@@ -122,7 +124,7 @@ def collect(
     notes: list[str] = []
     jobs: dict[tuple[str, str, str], list[Proc]] = {}
     for proc in ranks:
-        jobs.setdefault(_job_key(proc), []).append(proc)
+        jobs.setdefault(_job_key(proc, procs), []).append(proc)
     if len(jobs) > 1 and not pids:
         chosen = max(jobs.values(), key=len)
         others = [p for key, procs in jobs.items() if procs is not chosen for p in procs[:1]]
@@ -135,8 +137,10 @@ def collect(
     launchers = {id(p): p for p in (launcher_of(r, procs) for r in ranks) if p is not None and not agents}
     for launcher in sorted(launchers.values(), key=lambda p: p.pid):
         notes.append(f"launched by {launcher.launcher} (PID {launcher.pid})")
-    spawners = sorted({r.ppid for r in ranks if r.rank is None and is_spawn_child(r)})
-    notes += [f"launched by {SPAWN} (PID {pid})" for pid in spawners if not launchers]
+    spawners = {r.ppid: started_as(r, procs) for r in ranks if r.rank is None}
+    notes += [
+        f"launched by {how} (PID {pid})" for pid, how in sorted(spawners.items()) if how and not launchers
+    ]
     children = {r.pid: tuple(p.pid for p in procs.values() if p.ppid == r.pid and p.is_python) for r in ranks}
     labels = {p.pid: p.launcher or "" if agents else launcher_label(p, procs) for p in ranks}
     notes += [f"no rank process runs: read the launcher itself ({a.launcher}, PID {a.pid})" for a in agents]

@@ -22,6 +22,24 @@ WORLD_VARS = launchers.WORLD_SIZE
 LOCAL_WORLD_VARS = launchers.LOCAL_WORLD_SIZE
 
 
+# A rank started by hand with its rank as an argument (`python train.py --rank 1 --world-size 2`,
+# the way the ImageNet example and DeepSpeed's `--local_rank` pass it).
+ARGV_RANK = ("--rank", "--global-rank", "--global_rank")
+ARGV_LOCAL_RANK = ("--local-rank", "--local_rank")
+ARGV_WORLD_SIZE = ("--world-size", "--world_size")
+
+
+def argv_int(argv: tuple[str, ...], names: tuple[str, ...]) -> int | None:
+    """The value of the first option of `names` on a command line (`--rank 1`, `--rank=1`)."""
+    for i, word in enumerate(argv[1:], 1):
+        option, sep, value = word.partition("=")
+        if option in names:
+            value = value if sep else (argv[i + 1] if i + 1 < len(argv) else "")
+            if value.isdigit():
+                return int(value)
+    return None
+
+
 @dataclass(frozen=True)
 class Proc:
     """A process read from /proc: its parent, command line and environment."""
@@ -37,11 +55,23 @@ class Proc:
 
     @property
     def rank(self) -> int | None:
-        return self.first(RANK_VARS)
+        found = self.first(RANK_VARS)
+        return found if found is not None else argv_int(self.argv, ARGV_RANK)
 
     @property
     def local_rank(self) -> int | None:
-        return self.first(LOCAL_RANK_VARS)
+        found = self.first(LOCAL_RANK_VARS)
+        return found if found is not None else argv_int(self.argv, ARGV_LOCAL_RANK)
+
+    @property
+    def world_size(self) -> int | None:
+        found = self.first(WORLD_VARS)
+        return found if found is not None else argv_int(self.argv, ARGV_WORLD_SIZE)
+
+    @property
+    def rank_in_env(self) -> bool:
+        """Whether the environment says the rank (else, where it is known, the command line does)."""
+        return self.first(RANK_VARS) is not None or self.first(LOCAL_RANK_VARS) is not None
 
     @property
     def is_python(self) -> bool:
@@ -151,19 +181,66 @@ def _uses_torch(pid: int) -> bool:
         return False
 
 
-def spawned_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
-    """A rank started by `torch.multiprocessing.spawn` (or a multiprocessing Process that runs
-    torch): its rank is an argument of its function, not a variable of its environment. The
-    children of such a rank (DataLoader workers) are not ranks."""
+def started_as(proc: Proc, procs: dict[int, Proc]) -> str:
+    """How multiprocessing started `proc` from a Python parent: SPAWN (the spawn method, what
+    torch.multiprocessing.spawn uses), FORK (a `multiprocessing.Process` forked, Linux's default:
+    the child keeps its parent's command line), or "" (not a child multiprocessing started)."""
     parent = procs.get(proc.ppid)
-    return (
-        is_spawn_child(proc)
-        and parent is not None
-        and parent.is_python
-        and not is_spawn_child(parent)
-        and parent.rank is None
-        and _uses_torch(proc.pid)
-    )
+    if parent is None or not parent.is_python:
+        return ""
+    if is_spawn_child(proc):
+        return SPAWN
+    return FORK if parent.argv == proc.argv else ""
+
+
+def _comm(pid: int) -> str:
+    return (_read(f"/proc/{pid}/comm") or b"").decode(errors="replace").strip()
+
+
+def _tcp_inodes() -> set[str]:
+    """The socket inodes of this network namespace's established TCP connections."""
+    found: set[str] = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in (_read(name) or b"").decode(errors="replace").splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "01":
+                found.add(fields[9])
+    return found
+
+
+def _connected(pid: int) -> bool:
+    """Whether `pid` holds an established TCP connection (a rank's store or gloo/NCCL peers)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")[:4096]
+    except OSError:
+        return False
+    links = []
+    for fd in fds:
+        try:
+            links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:  # closed since the listing
+            continue
+    sockets = {link[8:-1] for link in links if link.startswith("socket:[")}
+    return bool(sockets & _tcp_inodes()) if sockets else False
+
+
+# A DataLoader worker names itself so (torch/utils/data/_utils/worker.py): forked, never a rank.
+_LOADER_WORKER = "pt_data_worker"
+
+
+def spawned_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
+    """A rank that multiprocessing started (`torch.multiprocessing.spawn`, or a
+    `multiprocessing.Process` spawned or forked) that runs torch: its rank is an argument of its
+    function, not a variable of its environment. The children of such a rank (DataLoader
+    workers) are not ranks; a forked child is one only when it is no DataLoader worker and it is
+    connected (a pool of workers forked for preprocessing is not)."""
+    how = started_as(proc, procs)
+    parent = procs.get(proc.ppid)
+    if not how or parent is None or parent.rank is not None or started_as(parent, procs):
+        return False
+    if how == FORK and (_comm(proc.pid) == _LOADER_WORKER or not _connected(proc.pid)):
+        return False
+    return _uses_torch(proc.pid)
 
 
 def _named_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
@@ -183,6 +260,8 @@ def _is_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
         return False
     if proc.rank is None and proc.local_rank is None:
         return spawned_rank(proc, procs)
+    if not proc.rank_in_env and not _uses_torch(proc.pid):  # `--rank` of something else
+        return False
     parent = procs.get(proc.ppid)
     return not (
         parent is not None
@@ -200,6 +279,7 @@ _LAUNCHER_VARS = (
     ("PMI_RANK", "mpirun"),
 )
 SPAWN = "torch.multiprocessing.spawn"
+FORK = "multiprocessing (fork)"
 NO_LAUNCHER = RankState.NO_LAUNCHER
 
 
@@ -208,8 +288,9 @@ def launcher_label(proc: Proc, procs: dict[int, Proc]) -> str:
     found = launcher_of(proc, procs)
     if found is not None:
         return found.launcher or ""
-    if is_spawn_child(proc):
-        return SPAWN
+    how = started_as(proc, procs)
+    if how:
+        return how
     return next((name for var, name in _LAUNCHER_VARS if var in proc.env), NO_LAUNCHER)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from probes.subproc import run_command
 from triage.core.hang.classify import is_library
-from triage.core.hang.stacks import Frame
+from triage.core.hang.stacks import Frame, ThreadStack
 
 PTRACE_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
 
@@ -31,6 +31,7 @@ class Dump:
     frames: tuple[Frame, ...]
     active: bool
     rank: int | None = None  # read from the stack's arguments, where asked (a spawned rank)
+    threads: tuple[ThreadStack, ...] = ()  # the other Python threads, with their stacks
 
 
 OVERRIDE_VAR = "TRIAGE_PY_SPY"  # a py-spy to use instead of the one beside python or on PATH
@@ -130,21 +131,40 @@ def dump(pid: int, timeout_s: float, nonblocking: bool = True, rank_of: bool = F
             raise StackUnreadable(f"process {pid} exited")
         first = next((line for line in err.splitlines() if line.startswith("Error")), err.strip()[:200])
         raise StackUnreadable(f"py-spy could not read process {pid}: {first}")
+    return parse_dump(done.stdout, pid, rank_of)
+
+
+def parse_dump(text: str, pid: int, rank_of: bool = False) -> Dump:
+    """`py-spy dump --json` output for `pid` as a Dump: the main thread's stack, and the others'."""
     try:
-        threads = json.loads(done.stdout)
+        threads = json.loads(text)
     except ValueError:
         raise StackUnreadable(f"py-spy gave unreadable output for process {pid}") from None
     main = _main_thread(threads if isinstance(threads, list) else [], pid)
     if main is None:
         raise StackUnreadable(f"process {pid} has no Python thread")
     raw_frames = main.get("frames")
-    frames = tuple(
+    rank = rank_argument(raw_frames) if rank_of and isinstance(raw_frames, list) else None
+    others = tuple(
+        ThreadStack(
+            str(t.get("thread_name") or t.get("os_thread_id") or "?"), _frames(t), bool(t.get("active"))
+        )
+        for t in threads
+        if isinstance(t, dict) and t is not main
+    )
+    return Dump(_frames(main), bool(main.get("active")), rank, others[:MAX_THREADS])
+
+
+MAX_THREADS = 64  # other threads kept per rank, at most
+
+
+def _frames(thread: dict[str, object]) -> tuple[Frame, ...]:
+    raw = thread.get("frames")
+    return tuple(
         Frame(str(f.get("name", "?")), str(f.get("filename", "?")), int(f.get("line") or 0))
-        for f in (raw_frames if isinstance(raw_frames, list) else [])
+        for f in (raw if isinstance(raw, list) else [])
         if isinstance(f, dict)
     )
-    rank = rank_argument(raw_frames) if rank_of and isinstance(raw_frames, list) else None
-    return Dump(frames, bool(main.get("active")), rank)
 
 
 def sample(pid: int, timeout_s: float, gap_s: float = 0.3, rank_of: bool = False) -> tuple[Dump, bool]:

@@ -1,10 +1,15 @@
-"""Which launcher a process is, from its command line as /proc shows it: every launcher's shapes."""
+"""Which launcher a process is, from its command line as /proc shows it: every launcher's shapes;
+a rank given on the command line."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from probes.hang.discover import launcher_name
+from probes.hang.discover import Proc, find_ranks, launcher_name
 
 
 @pytest.mark.parametrize(
@@ -43,3 +48,45 @@ def test_each_launcher_is_recognised_from_its_command_line(argv: tuple[str, ...]
 )
 def test_a_rank_or_another_command_is_not_a_launcher(argv: tuple[str, ...]) -> None:
     assert launcher_name(argv) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "rank", "world"),
+    [
+        (("python", "train.py", "--rank", "1", "--world-size", "2"), 1, 2),
+        (("python", "main.py", "--rank=0", "--world_size=4"), 0, 4),
+        (("python", "train.py", "--rank", "--world-size", "x"), None, None),
+        (("python", "train.py", "--ranks", "1"), None, None),
+    ],
+)
+def test_a_rank_given_on_the_command_line_is_read_from_it(
+    argv: tuple[str, ...], rank: int | None, world: int | None
+) -> None:
+    proc = Proc(1, 0, argv, {})
+    assert (proc.rank, proc.world_size, proc.rank_in_env) == (rank, world, False)
+    assert Proc(1, 0, argv, {"RANK": "3"}).rank == 3  # the environment first
+
+
+def test_a_process_with_rank_on_its_command_line_is_a_rank_only_when_it_runs_torch() -> None:
+    """Ranks started by hand as `python train.py --rank N`: found by their command line where no
+    variable says their rank, but a `--rank` of a program that does not run torch is not one."""
+    code = "import sys, time\nif sys.argv[1:2] == ['torch']: import torch\nprint('up', flush=True)\ntime.sleep(60)"
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, what, "--rank", "1", "--world-size", "2"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={k: v for k, v in os.environ.items() if "RANK" not in k},
+        )
+        for what in ("torch", "plain")
+    ]
+    try:
+        for proc in started:
+            assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+        ranks = find_ranks()
+        mine = [(p.pid, p.rank, p.world_size) for p in ranks if p.pid in {s.pid for s in started}]
+        assert mine == [(started[0].pid, 1, 2)]
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()

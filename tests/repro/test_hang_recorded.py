@@ -141,6 +141,13 @@ def test_without_ptrace_and_nothing_recorded_one_line_names_the_cause_and_fix(jo
     assert "ptrace is not permitted" in line and "SYS_PTRACE" in line
 
 
+def test_without_py_spy_one_line_says_so_and_how_to_get_it(job: Job) -> None:
+    done = _hang("--no-recorded", "--pid", str(job.launcher), pyspy=job.denied.with_name("absent"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "is not an executable py-spy" in line and line.startswith("triage: error:"), line
+
+
 def test_the_walk_looks_at_the_running_job_and_branches_on_it(job: Job) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "triage", "walk", "--answer", "what_do_you_see=3", "--answer", "hang_mid=6",

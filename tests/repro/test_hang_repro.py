@@ -63,6 +63,8 @@ def _assert_named(data: dict[str, Any], scenario: HangScenario) -> None:
         line = scenario.suspect_line()
         assert suspects and all(r["user_frame"]["line"] == line for r in suspects), suspects
         assert all(r["user_frame"]["file"].endswith(scenario.script) for r in suspects)
+        if scenario.collective:
+            assert all(r["collective"] == scenario.collective for r in suspects), why
     if scenario.marks_waiting:
         waiting = scenario.waiting_line()
         assert others and all(r["user_frame"]["line"] == waiting for r in others), others

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 HELP = "a hung job now: which rank waits where, and why"
 DESCRIPTION = (
     "Find the distributed job on this machine (torchrun, accelerate, deepspeed, srun workers, "
-    "torch.multiprocessing.spawn, or any process with RANK/LOCAL_RANK in its environment; a launcher "
+    "torch.multiprocessing.spawn or multiprocessing, any process with RANK/LOCAL_RANK in its environment "
+    "or --rank N on its command line; a launcher "
     "with no worker yet, still in its rendezvous, is read itself), read every rank's Python stack with py-spy "
     "without stopping it, and say which ranks are the odd ones out, the collective each waits in, "
     "the line of your script that put it there, and the knowledge-base entry that explains it. "

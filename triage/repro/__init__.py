@@ -31,6 +31,8 @@ class Scenario:
     expect: str  # the entry `triage log` must rank first on its output
     first_rank: int | None  # the rank that fails first (None: no rank, e.g. a launcher error)
     # "torchrun" | "launch" (the deprecated `python -m torch.distributed.launch`) | "python" | "two-jobs"
+    # | "shell" (one `python` per rank with RANK, WORLD_SIZE, MASTER_ADDR... exported, as a shell loop does)
+    # | "accelerate" (`accelerate launch --multi_gpu` with no config file)
     launch: str = "torchrun"
     bound_s: float = 60.0  # hard wall-clock limit for the whole run
     env: dict[str, str] = field(default_factory=dict)
@@ -42,6 +44,10 @@ class Scenario:
     needs: dict[str, str] = field(default_factory=dict)
     # False when the launcher itself fails before it starts any worker: no rank exists to name
     workers_start: bool = True
+    # launch="python" scripts that start their ranks with torch.multiprocessing.spawn
+    spawns_ranks: bool = False
+    # True when the job is stopped from outside (a signal to the launcher): no rank fails first
+    stopped_from_outside: bool = False
 
     @property
     def path(self) -> Path:
@@ -50,7 +56,11 @@ class Scenario:
     @property
     def ranked(self) -> bool:
         """Whether a launcher starts the job's ranks (so a diagnosis can name the one that failed)."""
-        return self.launch in ("torchrun", "launch") and self.workers_start
+        return (
+            (self.launch in ("torchrun", "launch", "shell", "accelerate") or self.spawns_ranks)
+            and self.workers_start
+            and not self.stopped_from_outside
+        )
 
     def missing(self) -> list[str]:
         """The modules this scenario needs that cannot be imported here, each with why it is needed."""
@@ -66,7 +76,7 @@ class Scenario:
         for item in SETTINGS:
             if item.name in self.skip:
                 continue
-            if self.launch == "python" and (item.torchrun_args or item.log_dir):
+            if self.launch in ("python", "shell", "accelerate") and (item.torchrun_args or item.log_dir):
                 continue
             found.append(item)
         return tuple(found)
@@ -421,6 +431,172 @@ SCENARIOS: tuple[Scenario, ...] = (
         "ddp_model_differs.py",
         expect="E20",
         first_rank=1,  # only the rank whose shapes differ from rank 0's fails the check; rank 0 goes on
+    ),
+    Scenario(
+        "D1-WORLD",
+        "init_process_group(world_size=4) hard-coded in a script launched with two processes",
+        "world_size_hardcoded.py",
+        expect="D1",
+        first_rank=None,  # every rank waits the same way
+        env={"TRIAGE_REPRO_HOW": "world"},
+    ),
+    Scenario(
+        "D1-RANK",
+        "init_process_group(rank=0) hard-coded: both processes of a torchrun job claim rank 0",
+        "world_size_hardcoded.py",
+        expect="D1",
+        first_rank=None,  # every rank waits the same way
+        env={"TRIAGE_REPRO_HOW": "rank"},
+    ),
+    Scenario(
+        "X1-CPU",
+        "every rank builds a model larger than the host's memory before wrapping it in DDP",
+        "cpu_out_of_memory.py",
+        expect="X1",
+        first_rank=None,  # every rank fails the same way (before DDP exists: DETAIL runs too)
+    ),
+    Scenario(
+        "X2",
+        "the scheduler preempts the job: torchrun receives SIGTERM mid-training",
+        "preempted.py",
+        expect="X2",
+        first_rank=None,
+        stopped_from_outside=True,
+    ),
+    Scenario(
+        "P8",
+        "a breakpoint() left in rank 0's training loop, run under torchrun (no terminal)",
+        "breakpoint_left_in.py",
+        expect="P8",
+        first_rank=0,
+    ),
+    Scenario(
+        "D20-BACKWARD",
+        "rank 1 raises inside loss.backward() while rank 0 waits in DDP's gradient all-reduce",
+        "train_diverged.py",
+        expect="D20",
+        first_rank=1,
+        env={"TRIAGE_REPRO_HOW": "backward"},
+        skip=_DDP_UNDER_DETAIL,
+    ),
+    Scenario(
+        "D20-SPAWN-SURVIVOR",
+        "mp.spawn: process 1 raises on a NaN loss and cleans up slowly; spawn reports process 0's lost peer",
+        "spawn_slow_cleanup.py",
+        expect="D20",
+        first_rank=1,
+        launch="python",
+        bound_s=40,
+        skip={
+            "debug-detail": "under DETAIL process 0 waits in torch's monitored barrier instead of losing its"
+            " peer, and names process 1 as never arriving: that output is a missing collective's (D21)"
+        },
+    ),
+    Scenario(
+        "D20-SHELL",
+        "started by hand (one `python` per rank, RANK and MASTER_ADDR exported): rank 1 raises on a NaN loss",
+        "train_diverged.py",
+        expect="D20",
+        first_rank=1,
+        launch="shell",
+        bound_s=40,
+        skip=_DDP_UNDER_DETAIL,
+    ),
+    Scenario(
+        "D4-SPAWN",
+        "mp.spawn with the tutorial's hard-coded MASTER_PORT, which another job on the host still holds",
+        "spawn_setup.py",
+        expect="D4",
+        first_rank=0,  # the process that hosts the store
+        launch="python",
+        bound_s=40,
+        env={"TRIAGE_REPRO_HOW": "port"},
+    ),
+    Scenario(
+        "D1-SPAWN",
+        "mp.spawn whose setup() sets MASTER_PORT but not MASTER_ADDR",
+        "spawn_setup.py",
+        expect="D1",
+        first_rank=None,  # every process fails the same way; spawn reports whichever it finds first
+        launch="python",
+        spawns_ranks=True,
+        bound_s=40,
+        env={"TRIAGE_REPRO_HOW": "no-addr"},
+    ),
+    Scenario(
+        "P4-SPAWN",
+        "mp.spawn: process 1 calls sys.exit(3) without printing why while process 0 is still evaluating",
+        "rank_dies.py",
+        expect="P4",
+        first_rank=1,
+        launch="python",
+        bound_s=40,
+        env={"TRIAGE_REPRO_HOW": "exit"},
+    ),
+    Scenario(
+        "MN3-SHELL",
+        "started by hand (one `python` per rank): rank 1 stalls longer than the collective timeout",
+        "train_straggler.py",
+        expect="MN3",
+        first_rank=0,  # the rank that times out first; the straggler fails only when it comes back
+        launch="shell",
+        bound_s=40,
+        skip=_DDP_UNDER_DETAIL,
+    ),
+    Scenario(
+        "D19-GATHER",
+        "the ranks all-gather predictions of different lengths into buffers sized like their own",
+        "collective_sizes.py",
+        expect="D19",
+        first_rank=0,  # the rank whose buffers are too small for what arrives aborts; the other goes on
+        env={"TRIAGE_REPRO_HOW": "gather"},
+        skip={
+            "debug-detail": "under DETAIL every rank names the mismatch at once: that run is the D19 scenario's"
+        },
+    ),
+    Scenario(
+        "D13",
+        "FSDP1 with sharding_strategy=HYBRID_SHARD and the model wrapped by hand (no wrap policy, no mesh)",
+        "fsdp_hybrid_manual.py",
+        expect="D13",
+        first_rank=None,  # every rank fails the same way
+    ),
+    Scenario(
+        "D20-ACCELERATE",
+        "launched with `accelerate launch`: rank 1 raises on a NaN loss while rank 0 waits in the all-reduce",
+        "train_diverged.py",
+        expect="D20",
+        first_rank=1,
+        launch="accelerate",
+        skip=_DDP_UNDER_DETAIL,
+        needs={"accelerate": "the launcher"},
+    ),
+    Scenario(
+        "D14",
+        "FSDP1 with bf16 MixedPrecision wraps the body; the fp32 head left outside it gets bf16 features",
+        "fsdp_mixed_precision_head.py",
+        expect="D14",
+        first_rank=None,  # every rank fails the same way
+    ),
+    Scenario(
+        "P1-CLIENT",
+        "node 1 of two starts; nothing answers at the MASTER_ADDR:MASTER_PORT it was given",
+        "store_unreachable.py",
+        expect="P1",
+        first_rank=None,
+        launch="python",
+        bound_s=40,
+    ),
+    Scenario(
+        "E9-SPAWN",
+        "mp.spawn with the tutorial's setup() asking for backend='nccl' on a machine with no usable GPU",
+        "spawn_setup.py",
+        expect="E9",
+        first_rank=None,  # every process fails the same way; spawn reports whichever it finds first
+        launch="python",
+        spawns_ranks=True,
+        bound_s=40,
+        env={"TRIAGE_REPRO_HOW": "nccl", "CUDA_VISIBLE_DEVICES": ""},
     ),
 )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -17,7 +18,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from triage.repro import HERE
-from triage.repro.runner import _SCRUB, TOKEN_VAR, end_processes, free_port, processes_with_token
+from triage.repro.runner import (
+    _SCRUB,
+    TOKEN_VAR,
+    accelerate_launch,
+    by_hand,
+    end_processes,
+    free_port,
+    processes_with_token,
+)
 
 MARKER = "# the suspect stops here"
 WAIT_MARKER = "# the others wait here"
@@ -41,6 +50,7 @@ class HangScenario:
     idle_ticks: int = 0  # CPU ticks a frozen rank still uses between reads (init retrying to connect)
     nnodes: int = 1  # nodes the launcher expects; only this one is started (no worker starts at all)
     env: tuple[tuple[str, str], ...] = ()  # variables the script reads (its knobs)
+    collective: str = ""  # the collective the suspects wait in, where the test checks it
 
     @property
     def path(self) -> str:
@@ -175,17 +185,41 @@ HANGS: tuple[HangScenario, ...] = (
         nnodes=2,
         idle_ticks=6,
     ),
+    HangScenario(
+        "D21-fork",
+        "D21 with ranks forked by multiprocessing.Process: no RANK in any environment",
+        "hang_fork.py",
+        "D21",
+        (0,),
+        launcher="script",
+    ),
+    HangScenario(
+        "D21-thread",
+        "rank 0's saver thread waits in a barrier only rank 0 reaches; its main thread idles in join()",
+        "hang_thread.py",
+        "D21",
+        (0,),
+        collective="barrier",
+    ),
+    HangScenario(
+        "D21-fsdp",
+        "rank 0 evaluates an FSDP2 (fully_shard) model alone: its forward waits in the parameters' all-gather",
+        "hang_fsdp_eval.py",
+        "D21",
+        (0,),
+        collective="all_gather",
+    ),
+    HangScenario(
+        "D21-dcp",
+        "torch.distributed.checkpoint's save() called on rank 0 only: it waits for rank 1's plan",
+        "hang_dcp_save.py",
+        "D21",
+        (0,),
+        collective="gather_object",
+    ),
 )
 # How each launcher starts a job of N local ranks on a loopback port: the command before the script.
 LAUNCHERS = ("torch.distributed.run", "torchrun", "accelerate", "deepspeed")
-
-
-# A launch script written by hand: one `python` per rank with the rank's variables exported, in the
-# background, then `wait` (the interpreter is $0 and the training script $1 of the shell's command).
-_BY_HAND = (
-    "for r in $(seq 0 {last}); do RANK=$r LOCAL_RANK=$r WORLD_SIZE={world} MASTER_ADDR=127.0.0.1 "
-    'MASTER_PORT={port} "$0" "$@" & done; wait'
-)
 
 
 def launch_command(launcher: str, nproc: int, port: int, world: int = 0, nnodes: int = 1) -> list[str]:
@@ -194,8 +228,7 @@ def launch_command(launcher: str, nproc: int, port: int, world: int = 0, nnodes:
     (WORLD_SIZE `world`, or `nproc`); "script", the script starts its ranks itself (mp.spawn).
     torchrun is told of `nnodes` nodes, this one node 0."""
     if launcher == "python":
-        loop = _BY_HAND.format(last=nproc - 1, world=world or nproc, port=port)
-        return ["sh", "-c", loop, sys.executable]
+        return by_hand(nproc, port, world)
     if launcher == "script":
         return [sys.executable]
     if launcher == "torch.distributed.run":
@@ -206,11 +239,7 @@ def launch_command(launcher: str, nproc: int, port: int, world: int = 0, nnodes:
             *_torchrun_args(nproc, port, nnodes),
         ]
     if launcher == "accelerate":
-        return [
-            sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", f"--num_processes={nproc}",
-            "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no",
-            "--main_process_ip=127.0.0.1", f"--main_process_port={port}",
-        ]  # fmt: skip
+        return accelerate_launch(nproc, port)
     if launcher == "deepspeed":  # its per-node launcher runs each rank as `python -u script --local_rank=N`
         return [
             sys.executable, "-m", "deepspeed.launcher.runner", f"--num_gpus={nproc}",
@@ -235,25 +264,28 @@ class HungJob:
 
 def _rank_cpu(token: str, skip: tuple[int, ...] = ()) -> dict[int, int]:
     """CPU ticks used so far by each rank process of the job, but for the ranks in `skip`: those
-    with LOCAL_RANK set, or started by mp.spawn, whose parent is not a rank too (a debug server
-    or DataLoader worker is a rank's child)."""
-    used, parents = {}, {}
+    with LOCAL_RANK set, or started by mp.spawn or forked by multiprocessing (a child with its
+    parent's command line), whose parent is not a rank too (a debug server or DataLoader worker
+    is a rank's child)."""
+    used, parents, commands, ranked = {}, {}, {}, set()
     for pid in processes_with_token(token):
         try:
             with open(f"/proc/{pid}/environ", "rb") as handle:
                 environ = b"\0" + handle.read()
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                spawned = b"--multiprocessing-fork" in handle.read()
+                commands[pid] = handle.read()
             with open(f"/proc/{pid}/stat", "rb") as handle:
                 fields = handle.read().rsplit(b")", 1)[-1].split()
             used[pid] = int(fields[11]) + int(fields[12])
             parents[pid] = int(fields[1])
         except (OSError, IndexError, ValueError):
             continue
-        if not (spawned or b"\0LOCAL_RANK=" in environ) or any(
+        if (b"--multiprocessing-fork" in commands[pid] or b"\0LOCAL_RANK=" in environ) and not any(
             f"\0RANK={r}\0".encode() in environ for r in skip
         ):
-            del used[pid]
+            ranked.add(pid)
+    ranked |= {pid for pid in used if commands[pid] == commands.get(parents[pid]) and not skip}
+    used = {pid: ticks for pid, ticks in used.items() if pid in ranked}
     return {pid: ticks for pid, ticks in used.items() if parents[pid] not in used}
 
 
@@ -288,6 +320,21 @@ def hung_job(
     `launcher` is one of LAUNCHERS; `env` adds variables to the job's environment; `recorders` runs the script under
     with_recorders.py (Flight Recorder dumps, the debug server: see there), whose threads use a
     little CPU in a frozen job, so a few ticks per rank still count as quiet."""
+    with tempfile.TemporaryDirectory(prefix="triage-hang-") as scratch:
+        yield from _hung_job(
+            scenario, quiet_s, start_timeout_s, {**(env or {}), "TMPDIR": scratch}, recorders, launcher
+        )
+
+
+def _hung_job(
+    scenario: HangScenario,
+    quiet_s: float,
+    start_timeout_s: float,
+    env: Mapping[str, str],
+    recorders: bool,
+    launcher: str,
+) -> Iterator[HungJob]:
+    """hung_job's body; the job's TMPDIR (lock files, checkpoints) is a folder removed after it."""
     token = uuid.uuid4().hex
     port = free_port()
     job_env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
@@ -295,7 +342,7 @@ def hung_job(
         {TOKEN_VAR: token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore"}
     )
     job_env.update(scenario.env)
-    job_env.update(env or {})
+    job_env.update(env)
     script = [str(WITH_RECORDERS), scenario.path] if recorders else [scenario.path]
     if launcher == LAUNCHERS[0] and scenario.launcher != LAUNCHERS[0]:
         launcher = scenario.launcher

@@ -2,7 +2,8 @@
 
     python -m triage.repro.harvest OUT.tar.gz [SCENARIO ...]
 
-Naming scenarios re-runs only those; the other runs already in OUT.tar.gz are kept.
+Naming scenarios re-runs only those (in every setting they run in now); the other runs already
+in OUT.tar.gz are kept.
 
 The archive holds `<scenario>--<setting>/console.log` (the launcher's console) and, for `--log-dir`
 runs, the per-rank files torchrun wrote (`attempt_0/1/stderr.log`). The tests diagnose every run
@@ -79,8 +80,8 @@ def main(argv: list[str]) -> int:
     partial = out.with_name(out.name + ".partial")
     with tarfile.open(partial, "w:gz") as archive:
         for top, files in sorted(kept.items()):
-            if top in redone:
-                continue
+            if top in redone or top.partition(SEPARATOR)[0] in (wanted or ()):
+                continue  # a scenario named is harvested afresh, without settings it no longer runs in
             for name, text in files:
                 _add(archive, f"{top}/{name}", text)
         for scenario, setting in runs(wanted):

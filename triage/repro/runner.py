@@ -30,6 +30,12 @@ from triage.repro.settings import DEFAULT, Setting
 
 TOKEN_VAR = "TRIAGE_REPRO_TOKEN"
 GRACE_S = 3.0
+WORLD = 2  # processes in every job a reproduction starts
+# One `python` per rank started by a shell loop (the interpreter is $0 and the script $1).
+_BY_HAND = (
+    "for r in $(seq 0 {last}); do RANK=$r LOCAL_RANK=$r WORLD_SIZE={world} MASTER_ADDR=127.0.0.1 "
+    'MASTER_PORT={port} "$0" "$@" & done; wait'
+)
 # Variables that would make a bare `python` run look launched, or change torch's behaviour.
 _SCRUB = (
     "RANK",
@@ -154,6 +160,67 @@ def _rank_files(log_dir: Path) -> dict[str, str]:
     return found
 
 
+def _start(
+    scenario: Scenario,
+    setting: Setting,
+    env: dict[str, str],
+    workdir: str,
+    log_dir: Path | None,
+    deadline: float,
+    launched: list[subprocess.Popen[str]],
+) -> subprocess.Popen[str]:
+    """Start the scenario's processes (each added to `launched` at once, for clean-up); returns the
+    one whose output is the run's console and whose end is the run's end."""
+    if scenario.launch == "shell":
+        command = [*by_hand(WORLD, free_port()), str(scenario.path)]
+    elif scenario.launch == "accelerate":
+        command = [*accelerate_launch(WORLD, free_port()), str(scenario.path)]
+    elif scenario.launch == "python":
+        command = [sys.executable, str(scenario.path)]
+    elif scenario.launch == "two-jobs":
+        port = free_port()
+        common = ["--nnodes=1", "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={port}"]
+        first = _torchrun(scenario, common, DEFAULT, None)
+        launched.append(
+            children.popen(
+                first, env=env, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True
+            )
+        )
+        _wait_for_port(port, max(1.0, deadline - time.monotonic() - 10))
+        command = _torchrun(scenario, common, setting, log_dir)
+    else:
+        command = _torchrun(scenario, ["--standalone", f"--nproc-per-node={WORLD}"], setting, log_dir)
+    proc = children.popen(
+        command,
+        env=env,
+        cwd=workdir,
+        stdin=subprocess.DEVNULL,  # a worker's debugger or input() reads end-of-file, as under a scheduler
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    )
+    launched.append(proc)
+    return proc
+
+
+def by_hand(nproc: int, port: int, world: int = 0) -> list[str]:
+    """A launch script written by hand: one `python` per rank with the rank's variables exported, in
+    the background, then `wait`; the script follows (WORLD_SIZE `world`, or `nproc`)."""
+    loop = _BY_HAND.format(last=nproc - 1, world=world or nproc, port=port)
+    return ["sh", "-c", loop, sys.executable]
+
+
+def accelerate_launch(nproc: int, port: int) -> list[str]:
+    """`accelerate launch` of `nproc` processes on this machine with no config file (it runs on the
+    CPU here); the script follows."""
+    return [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", f"--num_processes={nproc}",
+        "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no",
+        "--main_process_ip=127.0.0.1", f"--main_process_port={port}",
+    ]  # fmt: skip
+
+
 def run(
     scenario: Scenario, echo: Callable[[str], None] | None = None, setting: Setting = DEFAULT
 ) -> RunResult:
@@ -172,46 +239,15 @@ def run(
     leftover: list[int] = []
     with tempfile.TemporaryDirectory(prefix="triage-repro-") as workdir:
         env["TRIAGE_REPRO_CHECKPOINT"] = str(Path(workdir) / "checkpoint.pt")
-        log_dir = Path(workdir) / "logs" if setting.log_dir and scenario.launch != "python" else None
+        torchrun = scenario.launch in ("torchrun", "launch", "two-jobs")
+        log_dir = Path(workdir) / "logs" if setting.log_dir and torchrun else None
         reader: threading.Thread | None = None
+        proc: subprocess.Popen[str] | None = None
         try:
-            if scenario.launch == "python":
-                command = [sys.executable, str(scenario.path)]
-            elif scenario.launch == "two-jobs":
-                port = free_port()
-                common = [
-                    "--nnodes=1",
-                    "--nproc-per-node=1",
-                    "--master-addr=127.0.0.1",
-                    f"--master-port={port}",
-                ]
-                launched.append(
-                    children.popen(
-                        _torchrun(scenario, common, DEFAULT, None),
-                        env=env,
-                        cwd=workdir,
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                        text=True,
-                    )
-                )
-                _wait_for_port(port, max(1.0, deadline - time.monotonic() - 10))
-                command = _torchrun(scenario, common, setting, log_dir)
-            else:
-                command = _torchrun(scenario, ["--standalone", "--nproc-per-node=2"], setting, log_dir)
-            proc = children.popen(
-                command,
-                env=env,
-                cwd=workdir,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-            )
-            launched.append(proc)
+            proc = _start(scenario, setting, env, workdir, log_dir, deadline, launched)
 
             def pump() -> None:
-                assert proc.stdout is not None
+                assert proc is not None and proc.stdout is not None
                 for line in proc.stdout:
                     if setting.timestamps:
                         line = _stamp(line)
@@ -237,7 +273,7 @@ def run(
     return RunResult(
         scenario,
         "".join(lines),
-        proc.returncode,
+        proc.returncode if proc is not None else None,
         time.monotonic() - started,
         timed_out,
         leftover,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 
 from triage.core.hang.analyse import analyse
 from triage.core.hang.classify import classify
@@ -117,6 +118,24 @@ def test_every_rank_in_init_means_a_partner_never_arrived() -> None:
     init = (Frame("init_process_group", C10D, 1500), Frame("main", SCRIPT, 3))
     picture = analyse([_sample(0, *init), _sample(1, *init)])
     assert picture.diagnoses[0].entry == "P1"
+    store = (Frame("_create_c10d_store", C10D.replace("distributed_c10d", "rendezvous"), 189), *init)
+    assert analyse([_sample(0, *store), _sample(1, *store)]).diagnoses[0].entry == "P1"
+
+
+def test_the_whole_world_past_the_store_in_init_waits_for_ranks_nobody_started() -> None:
+    """torchrun started ranks 0 and 1 (WORLD_SIZE=2), the script passes world_size=3: both are past
+    the store, in _new_process_group_helper, waiting for a rank 2 that does not exist (the stack
+    py-spy read from that job, torch 2.13)."""
+    joining = (
+        Frame("_new_process_group_helper", C10D, 2169), Frame("init_process_group", C10D, 1899),
+        Frame("_time_logger.<locals>.wrapper", LOGGER, 97), Frame("<module>", SCRIPT, 2),
+    )  # fmt: skip
+    picture = analyse([_sample(0, *joining), _sample(1, *joining)])
+    assert [d.entry for d in picture.diagnoses][:2] == ["D1", "P1"] and picture.suspect_ranks == ()
+    assert "not the launcher's" in picture.verdict
+    # one of the world's ranks is not here (another node): that node, not the script, is suspect
+    elsewhere = [replace(_sample(r, *joining), world_size=4) for r in (0, 1)]
+    assert analyse(elsewhere).diagnoses[0].entry == "P1"
 
 
 def test_no_collective_anywhere_is_not_called_a_distributed_hang() -> None:

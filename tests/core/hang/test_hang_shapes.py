@@ -188,3 +188,17 @@ def test_every_rank_stuck_loading_data_says_so_though_no_collective_waits() -> N
     assert picture.diagnoses == () and "every rank is loading data" in picture.verdict
     mixed = analyse([_sample(0, *rank), _sample(1, Frame("main", SCRIPT, 9), active=True)])
     assert "every rank" not in mixed.verdict
+
+
+def test_the_rank_tests_real_scripts_write_are_rank_tests() -> None:
+    from triage.core.hang.source_context import RANK_TEST
+
+    tests = [
+        "rank == 0", "dist.get_rank() != 0", "master_process", "ddp_rank == 0", "self.global_rank == 0",
+        "accelerator.is_main_process", "accelerator.process_index == 0", "trainer.is_global_zero",
+        "self.is_world_process_zero()", "args.local_rank in [-1, 0]", 'os.environ["RANK"] == "0"',
+        "is_rank0", "xm.is_master_ordinal()", "rank_id == 0", "LOCAL_RANK == 0",
+    ]  # fmt: skip
+    assert [t for t in tests if not RANK_TEST.search(t)] == []
+    others = ["ranking_loss", "step % 100 == 0", "frank", "epoch > 0 and use_bank", "cranked"]
+    assert [t for t in others if RANK_TEST.search(t)] == []

@@ -2,8 +2,8 @@
 
 `nccl-*.log` were captured on one H100 under torch 2.11 / NCCL 2.28 (a kernel holding the GPU past
 a 5 s collective timeout, NCCL_SOCKET_IFNAME naming no interface, two ranks on one GPU); the
-`repro-*` files are the reproductions' output under torch 2.13 CPU/gloo; `fsdp-rank-skips-step.log`
-is a 2-rank FSDP run on gloo in which rank 1 skips a step.
+`repro-*` files and `spawn-exit-status.log` are the reproductions' output under torch 2.13
+CPU/gloo; `fsdp-rank-skips-step.log` is a 2-rank FSDP run on gloo in which rank 1 skips a step.
 """
 
 from __future__ import annotations
@@ -69,6 +69,25 @@ def test_a_diverged_rank_is_no_mismatch(kb: KnowledgeBase) -> None:
     assert {rank: w.collective for rank, w in scanner.scan.ranks.waits.items()} == {0: "backward"}
     assert verdict.diagnoses[0].entry_id == "D20"
     assert "D21" not in [d.entry_id for d in verdict.diagnoses]
+
+
+def test_a_rank_raising_in_its_own_code_inside_backward_is_not_waiting(kb: KnowledgeBase) -> None:
+    """Rank 1's custom autograd Function raised inside loss.backward() (its own frame is the
+    innermost); rank 0 is blocked in backward, in DDP's gradient all-reduce. Both tracebacks pass
+    through backward from the same line, yet only rank 0 waits there: no mismatch, rank 1 diverged."""
+    scanner, verdict = scan(kb, read("repro-D20-backward.log"))
+    assert {rank: w.collective for rank, w in scanner.scan.ranks.waits.items()} == {0: "backward"}
+    assert [d.entry_id for d in verdict.diagnoses][:1] == ["D20"]
+    assert verdict.first_rank == 1
+    assert "D21" not in [d.entry_id for d in verdict.diagnoses]
+
+
+def test_mp_spawn_reporting_an_exit_status_is_a_missing_traceback(kb: KnowledgeBase) -> None:
+    """Process 1 called sys.exit(3) with nothing printed; the only traceback is mp.spawn's own,
+    which passes through the user's main() to report the exit: it is not the worker's."""
+    _, verdict = scan(kb, read("spawn-exit-status.log"))
+    assert verdict.diagnoses[0].entry_id == "P4"
+    assert verdict.first_rank == 1
 
 
 def test_what_follows_a_watchdog_timeout_echoes_it(kb: KnowledgeBase) -> None:

@@ -19,10 +19,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from triage.core.hang.classify import RankState, classify
+from triage.core.hang.classify import JOINING, RankState, classify
+from triage.core.hang.paths import context, how_skipped, past_loop
 from triage.core.hang.record_compare import agreement, compare, state_from_record
 from triage.core.hang.recorded import RankRecord
-from triage.core.hang.stacks import LineContext, RankSample
+from triage.core.hang.stacks import RankSample
 
 
 @dataclass(frozen=True)
@@ -76,36 +77,11 @@ def _ints(ranks: tuple[int | None, ...]) -> tuple[int, ...]:
     return tuple(sorted(r for r in ranks if r is not None))
 
 
-def _context(state: RankState) -> LineContext:
-    return state.context or LineContext()
-
-
-def _past_loop(early: RankState, busy: RankState) -> bool:
-    """`early` waits after the end of the loop that `busy` is still inside (same function)."""
-    e, b = _context(early), _context(busy)
-    if not (early.user_frame and busy.user_frame) or early.user_frame.file != busy.user_frame.file:
-        return False
-    if e.function != b.function or b.loop is None or e.loop == b.loop:
-        return False
-    return early.user_frame.line > b.loop[1]
-
-
-def _skipped(ahead: RankState, waiting: RankState) -> tuple[int, str] | None:
-    """A jump between `ahead`'s line and `waiting`'s later line in the same loop, if any."""
-    a, w = _context(ahead), _context(waiting)
-    if not (ahead.user_frame and waiting.user_frame) or a.loop is None or a.loop != w.loop:
-        return None
-    low, high = ahead.user_frame.line, waiting.user_frame.line
-    if low >= high:
-        return None
-    return next(((line, kind) for line, kind in a.jumps if low < line < high), None)
-
-
 def _rank_tests(state: RankState) -> tuple[tuple[str, int, str], ...]:
     """The rank tests around `state`'s stack, innermost first (only its own line's, from old JSON)."""
     if state.conditions:
         return state.conditions
-    test = _context(state).rank_condition
+    test = context(state).rank_condition
     return ((state.user_frame.file, *test),) if test and state.user_frame else ()
 
 
@@ -117,7 +93,7 @@ def _rank_branch(groups: tuple[Group, ...]) -> tuple[Group, tuple[str, int, str]
     shared = set.intersection(*(set(_rank_tests(g.state)) for g in groups))
     found = [(g, [t for t in _rank_tests(g.state) if t not in shared]) for g in groups]
     own_line = [
-        (g, tests[0]) for g, tests in found if tests and _context(g.state).rank_condition == tests[0][1:]
+        (g, tests[0]) for g, tests in found if tests and context(g.state).rank_condition == tests[0][1:]
     ]
     further_up = [(g, tests[0]) for g, tests in found if tests]
     chosen = own_line or further_up
@@ -151,7 +127,7 @@ def _mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ..
     if branch is not None:
         odd, (file, line, test) = branch
         where = odd.state.user_frame.where() if odd.state.user_frame else ""
-        if _context(odd.state).rank_condition == (line, test):
+        if context(odd.state).rank_condition == (line, test):
             inside = f"inside `if {test}:` (line {line})"
         else:
             inside = f"reached through a call under `if {test}:` at {file}:{line}"
@@ -164,7 +140,7 @@ def _mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ..
         return [Diagnosis("D21", evidence), Diagnosis("D19", (described,))], _ints(odd.ranks), verdict
     for early in groups:
         for busy in groups:
-            if early is not busy and _past_loop(early.state, busy.state):
+            if early is not busy and past_loop(early.state, busy.state):
                 evidence = (
                     f"{_rank_label(early.ranks)} left the loop and waits in {early.state.collective}() at "
                     f"{early.state.user_frame.where() if early.state.user_frame else '?'}, while "
@@ -178,17 +154,17 @@ def _mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ..
                 )
     for ahead in groups:
         for waiting in groups:
-            jump = _skipped(ahead.state, waiting.state) if ahead is not waiting else None
-            if jump:
-                line, kind = jump
+            how = how_skipped(ahead.state, waiting.state) if ahead is not waiting else None
+            if how:
+                text, why, second = how
                 evidence = (
                     f"{_rank_label(ahead.ranks)} skipped {waiting.state.collective}() at "
-                    f"{waiting.state.user_frame.where() if waiting.state.user_frame else '?'}: a `{kind}` at "
-                    f"line {line} jumps over it, and {_rank_label(waiting.ranks)} waits there",
+                    f"{waiting.state.user_frame.where() if waiting.state.user_frame else '?'}: {text}, and "
+                    f"{_rank_label(waiting.ranks)} waits there",
                     described,
                 )
-                verdict = f"{_rank_label(ahead.ranks)} skipped a collective the others wait in"
-                return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], _ints(ahead.ranks), verdict
+                verdict = f"{_rank_label(ahead.ranks)} skipped a collective the others wait in{why}"
+                return [Diagnosis("D19", evidence), Diagnosis(second, evidence)], _ints(ahead.ranks), verdict
     sizes = Counter(len(g.ranks) for g in groups)
     largest = max(len(g.ranks) for g in groups)
     odd_ranks = (
@@ -406,6 +382,13 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
                 "the world size counts was never started (or cannot reach the master)"
             )
             diagnoses = [Diagnosis("D1", lines), Diagnosis("P1", lines), Diagnosis("D2", lines)]
+        elif only.via == JOINING and world and slots >= world and seen >= set(range(world)):
+            verdict = (
+                f"all {world} ranks the launcher started wait while the process group forms: the group "
+                "waits for ranks nobody started (a world_size or rank passed to init_process_group "
+                "that is not the launcher's)"
+            )
+            diagnoses = [Diagnosis("D1", lines), Diagnosis("P1", lines), Diagnosis("E17", lines)]
         elif only.kind == "init":
             verdict = "every rank waits while the process group forms: a partner never arrived"
             diagnoses = [Diagnosis("P1", lines), Diagnosis("D2", lines), Diagnosis("MN2", lines)]

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from triage.core.hang.stacks import Frame, LineContext, RankSample
+from triage.core.hang.stacks import Frame, LineContext, RankSample, ThreadStack
 
 # torch.distributed's Python entry points that block until every rank of the group arrives.
 COLLECTIVES = frozenset(
@@ -162,7 +162,77 @@ def _agent(base: RankState, sample: RankSample) -> RankState:
     return replace(base, kind="computing" if sample.active else "waiting", launcher=sample.launcher)
 
 
+# Where a rank waits while its group forms: still connecting to the master's store (the address
+# or port cannot be reached yet), or past it, creating the group with its peers (a rank the
+# world_size counts has not joined).
+CONNECTING = "connecting to the master's store"
+JOINING = "past the store: waiting for every rank of its world_size to join"
+
+
+def _init_step(frames: tuple[Frame, ...]) -> str:
+    torch_frames = [f for f in frames if "torch/distributed/" in f.file]
+    if not torch_frames:
+        return ""
+    if any(f.file.endswith("distributed/rendezvous.py") for f in torch_frames):  # _create_c10d_store
+        return CONNECTING
+    inner = _short(torch_frames[0].function)
+    return JOINING if inner in ("_new_process_group_helper", "_store_based_barrier") else ""
+
+
+def _called(frames: tuple[Frame, ...], inner: Frame) -> str:
+    """The collective the caller asked for: the outermost of the torch.distributed collectives
+    between `inner` and the caller's code (broadcast_object_list, not the broadcast inside it)."""
+    name = _short(inner.function)
+    for frame in frames[frames.index(inner) + 1 :]:
+        if not is_library(frame.file):
+            break
+        if "distributed_c10d" in frame.file and _short(frame.function) in COLLECTIVES:
+            name = _short(frame.function)
+    return name
+
+
+def in_distributed(frames: tuple[Frame, ...]) -> bool:
+    """Whether a stack waits in a torch.distributed collective or while a group forms."""
+    return any(
+        "torch/distributed/" in f.file and _short(f.function) in COLLECTIVES | INIT_CALLS for f in frames
+    )
+
+
+def _in_thread(base: RankState, sample: RankSample, thread: ThreadStack) -> RankState:
+    """The rank as its `thread` shows it: the collective is the thread's, and the main thread's
+    frames below it (the `join()` or `result()` that waits for the thread, under its rank tests)
+    count as the calls that led there."""
+    joined = replace(sample, frames=(*thread.frames, *sample.frames), active=thread.active, threads=())
+    state = classify(joined)
+    if state.kind not in ("collective", "init"):
+        return base
+    main = f", the main thread idle at {base.user_frame.where()}" if base.user_frame else ""
+    via = f"in thread {thread.name!r}{main}"
+    return replace(state, via=f"{state.via}; {via}" if state.via else via)
+
+
+# Where a main thread waits for another thread: join(), an Event or a Condition, a queue, a
+# Future's result(), or the interpreter's exit waiting for non-daemon threads.
+_THREAD_WAITS = ("/threading.py", "/queue.py", "/concurrent/futures/")
+
+
+def _waits_for_thread(frames: tuple[Frame, ...]) -> bool:
+    return not frames or any(mark in frames[0].file for mark in _THREAD_WAITS)
+
+
 def classify(sample: RankSample) -> RankState:
+    """Name what `sample` is doing, and the user frame that led there: its main thread, or the
+    thread that waits in a collective while the main thread waits for a thread (join(), a queue,
+    a Future, or the interpreter's exit). A main thread stuck anywhere else is the rank's story
+    even when a thread of it sits in a collective."""
+    state = _classify_main(sample)
+    if state.kind != "waiting" or not _waits_for_thread(sample.frames):
+        return state
+    thread = next((t for t in sample.threads if in_distributed(t.frames)), None)
+    return _in_thread(state, sample, thread) if thread is not None else state
+
+
+def _classify_main(sample: RankSample) -> RankState:
     """Name what `sample`'s main thread is doing, and the user frame that led there."""
     base = RankState(sample.rank, sample.pid, sample.host, kind="unknown")
     if sample.error:
@@ -192,9 +262,11 @@ def classify(sample: RankSample) -> RankState:
         name = _short(frame.function)
         in_dist = "torch/distributed/" in frame.file
         if in_dist and name in INIT_CALLS:
-            return replace(base, kind="init", collective=forming)
+            return replace(base, kind="init", collective=forming, via=_init_step(frames))
         if in_dist and "distributed_c10d" in frame.file and name in COLLECTIVES:
-            return replace(base, kind="collective", collective=name, via="FSDP" if fsdp else "")
+            saver = next((_SAVERS[m] for f in frames for m in _SAVERS if m in f.file), "")
+            via = "FSDP" if fsdp else f"inside {saver}" if saver else ""
+            return replace(base, kind="collective", collective=_called(frames, frame), via=via)
         if "/fsdp/" in frame.file and not sample.active:
             return replace(base, kind="collective", collective="all_gather", via="FSDP unshard in forward()")
         if frame.file.endswith("autograd/graph.py") and name == "_engine_run_backward" and not sample.active:

@@ -23,6 +23,7 @@ def _frame(frame: Frame | None, context: LineContext | None) -> dict[str, Any] |
             "rank_condition": list(context.rank_condition) if context.rank_condition else None,
             "loop": list(context.loop) if context.loop else None,
             "jumps": [list(j) for j in context.jumps],
+            "swallowed": list(context.swallowed) if context.swallowed else None,
         }
     return data
 
@@ -77,6 +78,7 @@ def _state_from(data: dict[str, Any]) -> RankState:
         if isinstance(ctx, dict):
             cond = ctx.get("rank_condition")
             loop = ctx.get("loop")
+            caught = ctx.get("swallowed")
             context = LineContext(
                 function=str(ctx.get("function", "")),
                 code=str(ctx.get("code", "")),
@@ -89,6 +91,9 @@ def _state_from(data: dict[str, Any]) -> RankState:
                     for j in ctx.get("jumps") or []
                     if isinstance(j, list) and len(j) == 2
                 ),
+                swallowed=(int(caught[0]), int(caught[1]), int(caught[2]))
+                if isinstance(caught, list) and len(caught) == 3
+                else None,
             )
     rank = data.get("rank")
     return RankState(

@@ -10,10 +10,13 @@ import re
 
 from triage.core.hang.stacks import LineContext
 
-# Tests that single out some ranks: `if rank == 0`, `dist.get_rank() != 0`, `is_main_process`, ...
+# Tests that single out some ranks: `if rank == 0`, `dist.get_rank() != 0`, `is_main_process`,
+# nanoGPT's `master_process` and `ddp_rank`, Accelerate's `process_index`, the HF Trainer's
+# `is_world_process_zero()`, Lightning's `is_global_zero`, `rank0` ... (`rank` as a part of a
+# name between underscores or digits, never inside a word such as "ranking").
 RANK_TEST = re.compile(
-    r"\b(?:local_|global_|node_)?rank\b|get_rank\(|is_main|is_master|main_process|is_global_zero|"
-    r"is_local_zero|rank_zero|is_rank_0|is_first_rank|is_last_rank",
+    r"(?<![a-z])rank(?![a-z])|is_main|is_master|main_process|master_process|process_index|"
+    r"process_zero|is_global_zero|is_local_zero",
     re.IGNORECASE,
 )
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -71,6 +74,21 @@ def _jumps(loop: ast.AST) -> tuple[tuple[int, str], ...]:
     return tuple(sorted(found))
 
 
+def _swallowed(chain: list[ast.AST], line: int) -> tuple[int, int, int] | None:
+    """The innermost `try` of this function whose body holds `line` and one of whose handlers
+    does not raise again, as (try line, handler line, last line of the statement)."""
+    for node in reversed(chain):
+        if isinstance(node, _FUNCTIONS):
+            return None
+        if isinstance(node, ast.Try) and any(_contains(stmt, line) for stmt in node.body):
+            quiet = next(
+                (h for h in node.handlers if not any(isinstance(n, ast.Raise) for n in ast.walk(h))), None
+            )
+            if quiet is not None:
+                return node.lineno, quiet.lineno, _span(node)[1]
+    return None
+
+
 def line_context(source: str, line: int) -> LineContext:
     """The context of `line` in `source`; an empty context when the source does not parse."""
     try:
@@ -102,4 +120,5 @@ def line_context(source: str, line: int) -> LineContext:
         rank_conditions=tuple(conditions),
         loop=_span(loop_node) if loop_node is not None else None,
         jumps=_jumps(loop_node) if loop_node is not None else (),
+        swallowed=_swallowed(chain, line),
     )

@@ -33,6 +33,19 @@ class LineContext:
     rank_conditions: tuple[tuple[int, str], ...] = ()  # every enclosing rank test, innermost first
     loop: tuple[int, int] | None = None
     jumps: tuple[tuple[int, str], ...] = ()
+    # The innermost `try` whose body holds the line and whose handler swallows the exception (no
+    # `raise` in it): (the `try` line, the handler's line, the last line of the whole statement).
+    # A rank that raised in that body went on past the statement, skipping the rest of the body.
+    swallowed: tuple[int, int, int] | None = None
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    """A thread of a rank other than its main thread: its name and stack (innermost first)."""
+
+    name: str
+    frames: tuple[Frame, ...]
+    active: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,3 +69,4 @@ class RankSample:
     role: str = "rank"  # "agent": a launcher read because no rank process runs yet
     worker_pid: int = 0  # the DataLoader worker the rank waits on, stuck in the user's code
     worker_frames: tuple[Frame, ...] = ()  # that worker's own frames, innermost first
+    threads: tuple[ThreadStack, ...] = ()  # the process's other Python threads

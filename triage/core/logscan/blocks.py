@@ -80,6 +80,8 @@ class Block:
     user_frame: str | None = None  # innermost frame of the user's code: `train.py:22 in main`
     exception_line: int | None = None  # the line that ended it
     frames: int = 0
+    newest_first: bool = False  # faulthandler's order (most recent call first), not a traceback's
+    spawn_parent: bool = False  # mp.spawn's own process, reporting a child's failure from join()
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ class RankReader:
         key = (source, rank)
         if _TRACEBACK.match(body):
             self._close(key)
-            self._open[key] = Block(source, rank, number)
+            self._open[key] = Block(source, rank, number, newest_first="call first" in body)
             return
         frame = _FRAME.match(body)
         if frame is not None:
@@ -145,11 +147,15 @@ class RankReader:
 
     def _frame(self, block: Block, path: str, line: int, func: str) -> None:
         block.frames += 1
+        if block.newest_first and block.user_frame is not None:
+            return  # the innermost user frame and what it is inside are known: outer frames add nothing
         normalized = path.replace("\\", "/")
+        if func == "join" and normalized.endswith("torch/multiprocessing/spawn.py"):
+            block.spawn_parent = True
         if "torch/distributed/" in normalized:
             op = canonical_collective(func)
-            if op is not None:
-                block.collective = op
+            if op is not None and not (block.newest_first and block.collective):
+                block.collective = op  # the innermost collective
         elif (func in _BACKWARD_FUNCS or func == "backward") and any(
             f in normalized for f in _BACKWARD_FILES
         ):
@@ -157,6 +163,10 @@ class RankReader:
         if not _LIBRARY.search(path):
             name = normalized.rsplit("/", 1)[-1]
             block.user_frame = f"{name}:{line} in {func}"
+            if not block.newest_first:
+                # The user's own code called from inside the operation (a custom autograd
+                # Function's backward, a hook): the rank raised there, not waiting in it.
+                block.collective = None
 
     def _wait_lines(self, source: int, number: int, rank: int | None, body: str) -> None:
         """NCCL's watchdog and torch's desync report name the collective a rank is in."""

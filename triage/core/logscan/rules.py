@@ -407,9 +407,10 @@ def _missing_traceback(scan: Scan, first: Event) -> Inferred | None:
         return None
     if first.exit_code is None or first.exit_code <= 0:
         return None
-    # (torchrun's own traceback, all in its library, is not a worker's)
+    # (torchrun's own traceback, all in its library, is not a worker's; nor is mp.spawn's, which
+    # passes through the user's main() to report the worker's exit)
     if any(
-        block.rank is None and block.user_frame is not None
+        block.rank is None and block.user_frame is not None and not block.spawn_parent
         for block in scan.ranks.blocks
         if block.source == first.source
     ):
