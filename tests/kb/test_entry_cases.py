@@ -18,7 +18,6 @@ KB = load_kb(REPO / "knowledge")
 # by 0.006 since the train reports grew (a close call: `ask` abstains and asks the separating question).
 KNOWN_MISSES = {
     ("D1", "env:// rendezvous complains RANK is not set"),
-    ("D7", "my 7B model OOMs on a single 80GB card, which distributed approach should I use"),
 }
 POSITIVE = [
     pytest.param(e.id, text, marks=pytest.mark.xfail(reason="known miss of the query engine (issue 10)"))
