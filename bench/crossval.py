@@ -65,7 +65,8 @@ def with_reports(
 
     model = confidence if confidence is not None else index_for(kb).confidence._asdict()
     data = build_index_data(kb, english_zipf(), model, reports)
-    data["domain"] = (kb.match_index or {}).get("domain")  # the domain words' pattern, as compiled
+    for key in ("domain", "domain_words"):  # the domain words, as compiled
+        data[key] = (kb.match_index or {}).get(key)
     return kb._replace(match_index=compact_index(data))
 
 

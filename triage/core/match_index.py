@@ -169,7 +169,8 @@ def build_index_data(
         "signatures": {e.id: [_signature_data(s) for s in e.signatures] for e in kb.entries.values()},
         "confidence": dict(confidence) if confidence else None,
         "variants": normalizer.variant_table(),
-        "domain": domain_pattern(domain_words) if domain_words else None,
+        "domain": domain_pattern(words) if (words := sorted(set(domain_words or ()))) else None,  # docs site
+        "domain_words": words or None,  # for ask (triage.core.domain)
     }
 
 
@@ -223,6 +224,7 @@ def compact_index(full: dict[str, object]) -> dict[str, object]:
         "signatures": full["signatures"],
         "confidence": full["confidence"],
         "domain": full.get("domain"),
+        "domain_words": full.get("domain_words"),
         "variants": full["variants"],
         "shapes": _shapes(postings),
     }

@@ -35,13 +35,14 @@ TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would l
 if TYPE_CHECKING:
     from typing import Literal, NamedTuple
 
+    from triage.core.domain import DomainWords
     from triage.core.separate import Question
 
     Verdict = Literal["match", "no_match", "out_of_scope"]
 else:
     from triage.core.records import NamedTuple
 
-INDEX_FORMAT = 8  # the shape of the compiled index (triage.core.match_index writes it)
+INDEX_FORMAT = 9  # the shape of the compiled index (triage.core.match_index writes it)
 
 W_COVERAGE = 1.0
 W_PHRASE = 0.5
@@ -174,8 +175,9 @@ class Index:
         ]
         conf = data.get("confidence")
         self.confidence = Confidence(**conf) if isinstance(conf, dict) else Confidence()
-        domain = data.get("domain")
-        self.domain = re.compile(domain) if isinstance(domain, str) else None
+        words = data.get("domain_words")
+        self._domain_words = list(words) if isinstance(words, list) else []
+        self._domain: DomainWords | None = None
         self._regex: dict[str, re.Pattern[str] | None] = {}
         self._data = data
 
@@ -220,7 +222,13 @@ class Index:
 
     def in_domain(self, lowered: str) -> bool:
         """Whether a (lower-cased) text holds one of the domain words (knowledge/domain.yaml)."""
-        return self.domain is not None and self.domain.search(lowered) is not None
+        if not self._domain_words:
+            return False
+        if self._domain is None:
+            from triage.core.domain import DomainWords
+
+            self._domain = DomainWords(self._domain_words)
+        return self._domain.holds(lowered)
 
     def regex(self, pattern: str) -> re.Pattern[str] | None:
         if pattern not in self._regex:
