@@ -207,6 +207,22 @@ def _short(message: str, limit: int = 200) -> str:
     return text
 
 
+PEERS_WAIT_S = 10.0  # how long an injected fault waits for the other ranks to finish the step before
+
+
+def _await_peers(store: Any, cfg: WorkerConfig, done: int) -> None:
+    """Wait (bounded) until every other rank has finished step `done`, so that an injected fault
+    strikes at its step and not, by a race, while a peer is still finishing the one before (a rank
+    that exits right after init can otherwise break a slower peer's own init)."""
+    deadline = time.monotonic() + PEERS_WAIT_S
+    peers = [r for r in range(cfg.world_size) if r != cfg.rank]
+    while time.monotonic() < deadline:
+        keys = [state_key(r) for r in peers]
+        if store.check(keys) and all(CheckIn.decode(store.get(k)).done >= done for k in keys):
+            return
+        time.sleep(0.05)
+
+
 def run(cfg: WorkerConfig) -> int:
     """Run this rank; returns its exit status (rank 0 under torchrun: the verdict's)."""
     fault = cfg.faults.get(cfg.rank)
@@ -255,6 +271,8 @@ def run(cfg: WorkerConfig) -> int:
     rows: list[dict[str, float]] = []
     try:
         for index, step in enumerate(STEPS[1:LAST], start=1):
+            if fault is not None and fault.step == step and index > 1:
+                _await_peers(store, cfg, index - 1)
             _fire(fault, step, cfg.rank)
             check_in(entered=index, detail="")
             started = time.perf_counter()
