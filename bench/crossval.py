@@ -64,9 +64,8 @@ def with_reports(
     from triage.kb.matching import english_zipf
 
     model = confidence if confidence is not None else index_for(kb).confidence._asdict()
-    data = build_index_data(kb, english_zipf(), model, reports)
-    for key in ("domain", "domain_words"):  # the domain words, as compiled
-        data[key] = (kb.match_index or {}).get(key)
+    words = (kb.match_index or {}).get("domain_words")  # the domain words, as compiled
+    data = build_index_data(kb, english_zipf(), model, reports, words if isinstance(words, list) else None)
     return kb._replace(match_index=compact_index(data))
 
 

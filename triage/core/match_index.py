@@ -103,7 +103,7 @@ def build_index_data(
 
     `reports`: entry id -> labelled real reports of it (the corpus's train split), counted as
     further phrasings of its symptoms: how users describe it. `domain_words`: the words that say a text
-    is about training (knowledge/domain.yaml), stored as one pattern for the confidence model."""
+    is about training (knowledge/domain.yaml), a feature of the confidence model."""
     normalizer = Normalizer(kb.vocabulary)
     strengths: dict[str, dict[str, float]] = {}
     counts_by_entry: dict[str, dict[str, float]] = {}
@@ -169,14 +169,14 @@ def build_index_data(
         "signatures": {e.id: [_signature_data(s) for s in e.signatures] for e in kb.entries.values()},
         "confidence": dict(confidence) if confidence else None,
         "variants": normalizer.variant_table(),
-        "domain": domain_pattern(words) if (words := sorted(set(domain_words or ()))) else None,  # docs site
-        "domain_words": words or None,  # for ask (triage.core.domain)
+        "domain_words": sorted(set(domain_words)) if domain_words else None,  # triage.core.domain
     }
 
 
 def domain_pattern(words: Iterable[str]) -> str:
     """One regex for the domain words, for lower-cased text: each a whole word (a trailing * lets
-    the word go on), so that Python and the docs site's JavaScript read it alike."""
+    the word go on). The docs site's search reads the words with it; `ask` reads them by tokens
+    (triage.core.domain), and tests/core/test_domain.py checks that both agree."""
     # the words hold only a-z, 0-9, _, - and spaces (triage.kb.matching checks): nothing to escape
     parts = [w[:-1] + "[a-z0-9_]*" if w.endswith("*") else w for w in sorted(words)]
     return "(?:^|[^a-z0-9_])(?:" + "|".join(parts) + ")(?![a-z0-9_])"
@@ -223,7 +223,6 @@ def compact_index(full: dict[str, object]) -> dict[str, object]:
         "phrases": {k: [" ".join(p) for p in v] for k, v in phrases.items()},  # for the docs site
         "signatures": full["signatures"],
         "confidence": full["confidence"],
-        "domain": full.get("domain"),
         "domain_words": full.get("domain_words"),
         "variants": full["variants"],
         "shapes": _shapes(postings),

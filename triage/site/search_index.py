@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 
 from triage.core import matcher, safe_regex, text
+from triage.core.match_index import domain_pattern
 from triage.core.model import KnowledgeBase
 
 GLOBAL_NAME = "TRIAGE_SEARCH"
@@ -66,7 +67,7 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
             "maxWindows": safe_regex.MAX_WINDOWS,
             "windowGap": text.WINDOW_GAP,
             "confidence": index.confidence._asdict(),
-            "domain": data.get("domain"),  # the domain words' pattern (knowledge/domain.yaml)
+            "domain": domain_pattern(words) if isinstance(words := data.get("domain_words"), list) else None,
         },
         "stopwords": sorted(text.STOPWORDS),
         "pluralAcronyms": sorted(text.PLURAL_ACRONYMS),

@@ -236,7 +236,7 @@
 
   function probability(c, score, lead, signature, known, unknown, domain) {
     var z = c.bias + c.score * score + c.lead * lead + c.signature * signature + c.known * Math.log1p(known);
-    z += c.unknown * unknown / Math.max(known + unknown, 1) + (c.domain || 0) * (domain ? 1 : 0);
+    z += c.unknown * unknown / Math.max(known + unknown, 1) + c.domain * (domain ? 1 : 0);
     return 1 / (1 + Math.exp(-Math.max(-40, Math.min(40, z))));
   }
 
