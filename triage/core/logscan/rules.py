@@ -276,7 +276,7 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
                     True,
                 )
             )
-        elif scan.spawn_stopped_others:
+        elif scan.spawn_stopped:
             # mp.spawn prints only the failed process's traceback, then stops the others: they
             # were still waiting (or working) when it failed, and print nothing of their own.
             reason = f"{who} failed first with an error of its own; mp.spawn then stopped the other ranks"

@@ -106,8 +106,7 @@ class Scan:
     root_cause_rank: int | None = None  # the rank torchrun's summary calls the root cause
     no_other_failures: bool = False  # torchrun's summary: every other worker ended well
     spawn_failed: int | None = None  # the process mp.spawn reports failed (the first to)
-    spawn_stopped_others: bool = False  # mp.spawn terminated the processes still running then
-    spawn_stopped: int = 0  # how many processes it terminated
+    spawn_stopped: int = 0  # processes mp.spawn terminated, still running when one failed
     ranks: RankReader = field(default_factory=RankReader)  # traceback blocks and wait points
     gpus: dict[tuple[str, str], set[int]] = field(default_factory=dict)  # (host, busId) -> ranks on it
     heads: list[str] = field(default_factory=list)  # the start of each source, for the fallback
@@ -299,7 +298,6 @@ class Scanner:
             self.scan.root_cause_rank = self._structure.root_cause_rank
             self.scan.no_other_failures = self._structure.no_other_failures
             self.scan.spawn_failed = self._structure.spawn_failed
-            self.scan.spawn_stopped_others = self._structure.spawn_stopped_others
             self.scan.spawn_stopped = self._structure.spawn_stopped
         if role == "" and self._found_count == found_before and not _STRUCTURAL.search(lowered):
             # Only a line that fed nothing but hits may be skipped when it repeats.

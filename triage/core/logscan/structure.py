@@ -55,11 +55,11 @@ _NCCL_COMM = re.compile(
     r"\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks \d+ cudaDev \d+ (?:nvmlDev \d+ )?busId (?P<bus>[0-9a-f]+)",
     re.IGNORECASE,
 )
-# torchrun's report of a failed worker: its "message" below is the launcher's summary, not a cause.
-_LAUNCHER_EXCEPTIONS = frozenset({"ChildFailedError", "ProcessRaisedException"})
 # mp.spawn's wrapper around the failed process's own exception, which it prints next (after
 # `-- Process N terminated with the following error:`): the wrapper is no failure of its own.
 _SPAWN_WRAPPER = "ProcessRaisedException"
+# torchrun's report of a failed worker: its "message" below is the launcher's summary, not a cause.
+_LAUNCHER_EXCEPTIONS = frozenset({"ChildFailedError", _SPAWN_WRAPPER})
 _WORDS = re.compile(r"[A-Za-z]{3}")  # a message, not a separator line
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 _ABORT = re.compile(r"terminate called without an active exception|terminate called recursively")
@@ -96,8 +96,7 @@ class Structure:
         self.reader = RankReader()
         self.root_cause_rank: int | None = None
         self.spawn_failed: int | None = None  # the process mp.spawn reports failed (its first)
-        self.spawn_stopped_others = False  # mp.spawn terminated processes still running after it
-        self.spawn_stopped = 0  # how many: one `Terminating process ... via signal SIGTERM` each
+        self.spawn_stopped = 0  # processes mp.spawn terminated after one failed (`Terminating process`)
         self._no_other_marker = False  # torchrun's summary printed <NO_OTHER_FAILURES>
         self._summary_exits: dict[int, int] = {}  # worker -> exit code, as torchrun's summary lists them
         self._summary_rank: dict[int, tuple[int, int]] = {}  # source -> (worker rank, its `rank :` line)
@@ -264,7 +263,6 @@ class Structure:
             self.emit(source, number, Found("exit", int(deepspeed["rank"]), short[-200:], exit_code=code))
             return True
         if _SPAWN_TEARDOWN.search(body):
-            self.spawn_stopped_others = True
             self.spawn_stopped += 1
             return True
         spawned = _SPAWN_EXIT.search(body)
