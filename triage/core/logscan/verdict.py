@@ -390,7 +390,10 @@ def fallback_text(scan: Scan, events: list[Event]) -> str:
         if wanted and not event.echo and not is_launcher(event) and event.text not in seen:
             seen.add(event.text)
             code = code_above(scan.heads[event.source], event.line) if event.kind == "exception" else None
-            parts.extend([code, event.text] if code and code not in seen else [event.text])
+            if code and code not in seen:
+                seen.add(code)
+                parts.append(code)
+            parts.append(event.text)
     if not parts:
         parts = [head for head in scan.heads if head.strip()]
     return "\n".join(parts)[:FALLBACK_CHARS]
