@@ -59,8 +59,9 @@ def clean_findings() -> dict[str, tuple[int, list[Finding]]]:
     result: dict[str, tuple[int, list[Finding]]] = {s: (0, []) for s in SPLITS}
     for path in sorted(CLEAN.glob("*.py")):
         text = path.read_text(encoding="utf-8")
-        files, found = result[split_of(text)]
-        result[split_of(text)] = (files + 1, found + lint_source(text, str(path.relative_to(REPO))))
+        split = split_of(text)
+        files, found = result[split]
+        result[split] = (files + 1, found + lint_source(text, str(path.relative_to(REPO))))
     return result
 
 

@@ -73,9 +73,7 @@ def _non_reentrant(value: ast.expr | None) -> bool:
 
 
 def _reentrant_checkpoint(call: Call) -> bool:
-    if call.tail == "gradient_checkpointing_enable":
-        return not _non_reentrant(call.kwarg("gradient_checkpointing_kwargs"))
-    if kwarg_true(call, "gradient_checkpointing"):
+    if call.tail == "gradient_checkpointing_enable" or kwarg_true(call, "gradient_checkpointing"):
         return not _non_reentrant(call.kwarg("gradient_checkpointing_kwargs"))
     if call.name.startswith("torch.utils.checkpoint.") and call.tail in (
         "checkpoint",

@@ -272,10 +272,12 @@ def _helper_communications(
     for keyword in site.node.keywords:
         if keyword.arg:
             passed[keyword.arg] = ctx.wrappers.kind(keyword.value, site.scope)
+    arguments = _arguments(helper, site)
+    known = _known_at(ctx, site, helper)
     for inner in ctx.script.call_list:
         if inner.scope is not helper or ctx.ranks.gate(inner.node) is not None:
             continue
-        if _switched_off(ctx, inner.node, helper, site):
+        if _switched_off(ctx, inner.node, helper, arguments, known):
             continue
         found = communication(ctx, inner)
         if found is None and isinstance(inner.node.func, ast.Name) and passed.get(inner.node.func.id):
@@ -325,11 +327,11 @@ def _known_at(ctx: Context, site: Call, helper: FunctionNode) -> dict[str, bool]
     return known
 
 
-def _switched_off(ctx: Context, node: ast.AST, helper: FunctionNode, site: Call) -> bool:
+def _switched_off(
+    ctx: Context, node: ast.AST, helper: FunctionNode, arguments: dict[str, ast.expr], known: dict[str, bool]
+) -> bool:
     """`if synchronize: barrier()` in a helper called with `synchronize=False`, or
     `if self.pipe: all_reduce()` in a helper called in the `else` of `if self.pipe:`: not run there."""
-    arguments = _arguments(helper, site)
-    known = _known_at(ctx, site, helper)
     for test, wanted in _tests(ctx, node, stop=helper):
         value = arguments.get(test.id) if isinstance(test, ast.Name) else None
         if isinstance(value, ast.Constant) and bool(value.value) is not wanted:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.patterns import is_backward, value_before, world_size
+from triage.core.lint.patterns import is_backward, kwarg_true, value_before, world_size
 from triage.core.lint.reach import for_evaluation, has_entry, reached
 from triage.core.lint.script import Call, Scope, dotted
 
@@ -370,16 +370,12 @@ def _a_sampler(ctx: Context, expr: ast.expr | None, at: ast.AST) -> ast.Call | N
     return None
 
 
-def _true(expr: ast.expr | None) -> bool:
-    return isinstance(expr, ast.Constant) and expr.value is True
-
-
 def _check_sampler_and_shuffle(ctx: Context) -> Iterator[Finding]:
     for call in ctx.script.calls("DataLoader"):
         if not call.name.startswith(("torch.", "DataLoader")):
             continue
         sampler = _a_sampler(ctx, call.kwarg("sampler"), call.node)
-        if sampler is not None and _true(call.kwarg("shuffle")):
+        if sampler is not None and kwarg_true(call, "shuffle"):
             yield ctx.finding(
                 TRG024,
                 call.node,
@@ -394,9 +390,9 @@ def _check_sampler_and_shuffle(ctx: Context) -> Iterator[Finding]:
         clashes = [
             word
             for word, given in (
-                ("shuffle=True", _true(call.kwarg("shuffle"))),
+                ("shuffle=True", kwarg_true(call, "shuffle")),
                 ("sampler", call.kwarg("sampler") is not None),
-                ("drop_last=True", _true(call.kwarg("drop_last"))),
+                ("drop_last=True", kwarg_true(call, "drop_last")),
                 (
                     "batch_size",
                     size is not None and not (isinstance(size, ast.Constant) and size.value in (None, 1)),

@@ -292,23 +292,21 @@ def _check_compile_order(ctx: Context) -> Iterator[Finding]:
     compiled = _compiled_names(ctx)
     # DDP is left out on purpose: Dynamo sees the active DDP module around a compiled inner module
     # and applies DDPOptimizer there too (torch/_dynamo/convert_frame.py).
-    for kind in ("fsdp",):
-        for site in ctx.wrappers.sites.get(kind, []):
-            if not site.args:
-                continue
-            module = site.args[0]
-            scope = ctx.script.scope_of(site)
-            direct = isinstance(module, ast.Call) and ctx.script.qual(module.func) == "torch.compile"
-            line = compiled.get((id(scope), dotted(module)), 0)
-            if direct or 0 < line < site.lineno:
-                wrapper = "FSDP"
-                when = "inside the wrapper call" if direct else f"at line {line}"
-                yield ctx.finding(
-                    TRG051,
-                    site,
-                    f"the module is compiled ({when}) before it is wrapped in {wrapper}: FSDP1 re-wraps the module"
-                    f" tree under the compiled graph, which breaks and recompiles; wrap first, then compile",
-                )
+    for site in ctx.wrappers.sites.get("fsdp", []):
+        if not site.args:
+            continue
+        module = site.args[0]
+        scope = ctx.script.scope_of(site)
+        direct = isinstance(module, ast.Call) and ctx.script.qual(module.func) == "torch.compile"
+        line = compiled.get((id(scope), dotted(module)), 0)
+        if direct or 0 < line < site.lineno:
+            when = "inside the wrapper call" if direct else f"at line {line}"
+            yield ctx.finding(
+                TRG051,
+                site,
+                f"the module is compiled ({when}) before it is wrapped in FSDP: FSDP1 re-wraps the module"
+                " tree under the compiled graph, which breaks and recompiles; wrap first, then compile",
+            )
 
 
 def check(ctx: Context) -> Iterator[Finding]:
