@@ -317,9 +317,10 @@ def _write(ctx: Context, call: Call) -> str | None:
             "shutil.rmtree() runs on every rank: the processes delete the same tree at once and all but"
             " one fail with FileNotFoundError; delete on rank 0 (or pass ignore_errors=True)"
         )
-    if (name == "os.makedirs" or path_mkdir(ctx, call)) and created_in_turn(ctx, call):
+    mkdir = path_mkdir(ctx, call)
+    if (name == "os.makedirs" or mkdir) and created_in_turn(ctx, call):
         return None  # rank 0 creates it, the others find it there
-    if (name == "os.makedirs" and call.kwarg("exist_ok") is None) or path_mkdir(ctx, call):
+    if (name == "os.makedirs" and call.kwarg("exist_ok") is None) or mkdir:
         made = f"{ctx.script.text(call.node.func, 40)}() without exist_ok=True runs on every rank"
         if exists_guarded(ctx, call):
             return (
