@@ -134,7 +134,8 @@ def collect(
             + "; choose one with --pid"
         )
         ranks = chosen
-    launchers = {id(p): p for p in (launcher_of(r, procs) for r in ranks) if p is not None and not agents}
+    found = () if agents else (launcher_of(r, procs) for r in ranks)
+    launchers = {id(p): p for p in found if p is not None}
     for launcher in sorted(launchers.values(), key=lambda p: p.pid):
         notes.append(f"launched by {launcher.launcher} (PID {launcher.pid})")
     spawners = {r.ppid: started_as(r, procs) for r in ranks if r.rank is None}

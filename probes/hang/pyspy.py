@@ -134,6 +134,9 @@ def dump(pid: int, timeout_s: float, nonblocking: bool = True, rank_of: bool = F
     return parse_dump(done.stdout, pid, rank_of)
 
 
+MAX_THREADS = 64  # other threads kept per rank, at most
+
+
 def parse_dump(text: str, pid: int, rank_of: bool = False) -> Dump:
     """`py-spy dump --json` output for `pid` as a Dump: the main thread's stack, and the others'."""
     try:
@@ -153,9 +156,6 @@ def parse_dump(text: str, pid: int, rank_of: bool = False) -> Dump:
         if isinstance(t, dict) and t is not main
     )
     return Dump(_frames(main), bool(main.get("active")), rank, others[:MAX_THREADS])
-
-
-MAX_THREADS = 64  # other threads kept per rank, at most
 
 
 def _frames(thread: dict[str, object]) -> tuple[Frame, ...]:

@@ -54,6 +54,11 @@ class Scenario:
         return HERE / self.script
 
     @property
+    def torchrun(self) -> bool:
+        """Whether torchrun (or the deprecated launcher) starts the job, so its options apply."""
+        return self.launch in ("torchrun", "launch", "two-jobs")
+
+    @property
     def ranked(self) -> bool:
         """Whether a launcher starts the job's ranks (so a diagnosis can name the one that failed)."""
         return (
@@ -76,7 +81,7 @@ class Scenario:
         for item in SETTINGS:
             if item.name in self.skip:
                 continue
-            if self.launch in ("python", "shell", "accelerate") and (item.torchrun_args or item.log_dir):
+            if not self.torchrun and (item.torchrun_args or item.log_dir):
                 continue
             found.append(item)
         return tuple(found)

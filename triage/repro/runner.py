@@ -239,8 +239,7 @@ def run(
     leftover: list[int] = []
     with tempfile.TemporaryDirectory(prefix="triage-repro-") as workdir:
         env["TRIAGE_REPRO_CHECKPOINT"] = str(Path(workdir) / "checkpoint.pt")
-        torchrun = scenario.launch in ("torchrun", "launch", "two-jobs")
-        log_dir = Path(workdir) / "logs" if setting.log_dir and torchrun else None
+        log_dir = Path(workdir) / "logs" if setting.log_dir and scenario.torchrun else None
         reader: threading.Thread | None = None
         proc: subprocess.Popen[str] | None = None
         try:

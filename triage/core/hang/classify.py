@@ -48,6 +48,7 @@ _SAVERS = {
     "safetensors/": "safetensors",
     "transformers/modeling_utils.py": "save_pretrained",
 }
+_DISTRIBUTED_CALLS = COLLECTIVES | INIT_CALLS
 _LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "<frozen", "/lib/python3")
 
 
@@ -191,11 +192,14 @@ def _called(frames: tuple[Frame, ...], inner: Frame) -> str:
     return name
 
 
+def _saver(frames: tuple[Frame, ...]) -> str:
+    """The checkpoint writer (of _SAVERS) somewhere in the stack, or "" where there is none."""
+    return next((_SAVERS[m] for f in frames for m in _SAVERS if m in f.file), "")
+
+
 def in_distributed(frames: tuple[Frame, ...]) -> bool:
     """Whether a stack waits in a torch.distributed collective or while a group forms."""
-    return any(
-        "torch/distributed/" in f.file and _short(f.function) in COLLECTIVES | INIT_CALLS for f in frames
-    )
+    return any("torch/distributed/" in f.file and _short(f.function) in _DISTRIBUTED_CALLS for f in frames)
 
 
 def _in_thread(base: RankState, sample: RankSample, thread: ThreadStack) -> RankState:
@@ -264,7 +268,7 @@ def _classify_main(sample: RankSample) -> RankState:
         if in_dist and name in INIT_CALLS:
             return replace(base, kind="init", collective=forming, via=_init_step(frames))
         if in_dist and "distributed_c10d" in frame.file and name in COLLECTIVES:
-            saver = next((_SAVERS[m] for f in frames for m in _SAVERS if m in f.file), "")
+            saver = _saver(frames)
             via = "FSDP" if fsdp else f"inside {saver}" if saver else ""
             return replace(base, kind="collective", collective=_called(frames, frame), via=via)
         if "/fsdp/" in frame.file and not sample.active:
@@ -283,8 +287,8 @@ def _classify_main(sample: RankSample) -> RankState:
         context = sample.contexts.get(worker.where())
         detail = f"DataLoader worker PID {sample.worker_pid}"
         return replace(base, kind="data", user_frame=worker, context=context, detail=detail)
-    saving = next((_SAVERS[m] for f in frames for m in _SAVERS if m in f.file), None)
-    if saving is not None:
+    saving = _saver(frames)
+    if saving:
         return replace(base, kind="saving", detail=saving)
     pending = _pending(frames, base.context) if not sample.active else None
     if pending is not None:
