@@ -29,6 +29,7 @@ from triage.core.lint.rank_terms import (
     compare_side,
     flip,
     negate,
+    writer_parameter_side,
 )
 from triage.core.lint.script import FunctionNode, Scope, Script, const_int, dotted
 
@@ -152,14 +153,14 @@ class RankModel:
                 return None
             return sides.pop() if len(sides) == 1 else "zero" if "zero" in sides else "other"
         if isinstance(test, ast.Compare):
-            return self._compare(test, scope)
+            return self._compare(test, scope) or writer_parameter_side(test, scope)
         if isinstance(test, ast.Name | ast.Attribute | ast.Call) and self.rank_kind(test, scope):
             return "nonzero"  # `if rank:` holds on every rank but 0
         if isinstance(test, ast.Name):
             found = self._lookup(self.preds, test.id, scope)
             if found is not None:
                 return cast(Side, found)
-            return "zero" if test.id in MAIN_NAMES else None
+            return "zero" if test.id in MAIN_NAMES else writer_parameter_side(test, scope)
         if isinstance(test, ast.Attribute):
             found = self._lookup(self.preds, dotted(test), self.script.tree)
             if found is not None:
