@@ -254,7 +254,9 @@ def test_selection_by_code_and_prefix() -> None:
     body = """
     dist.init_process_group("nccl")
     if dist.get_rank() == 0:
+        prepare_data()
         dist.barrier()
+    dist.barrier()
     """
     assert {c for c, _ in found(body)} == {"TRG021", "TRG040"}
     assert {c for c, _ in found(body, selection=Selection(select=("TRG02",)))} == {"TRG021"}

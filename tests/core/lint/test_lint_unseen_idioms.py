@@ -59,3 +59,52 @@ def test_is_local_master_gates_like_the_local_main_process() -> None:
     """
     assert "TRG023" not in codes(body)
     assert "TRG023" in codes(body.replace("if dist.is_local_master():", "if ep % 2 == 0:"))
+
+
+def test_the_default_timeout_is_reported_where_ranks_wait_for_rank_0s_work() -> None:
+    # willisma/SiT train.py: rank 0 saves the checkpoint, every rank then meets at the barrier.
+    body = """
+        dist.init_process_group("nccl")
+        for train_steps in range(1, 10000):
+            step(train_steps)
+            if train_steps % 1000 == 0:
+                if rank == 0:
+                    checkpoint = {"model": model.module.state_dict()}
+                    torch.save(checkpoint, f"{checkpoint_dir}/{train_steps:07d}.pt")
+                dist.barrier()
+    """
+    body = body.replace("if rank == 0:", "if dist.get_rank() == 0:")
+    assert "TRG040" in codes(body)
+    only_logs = body.replace('checkpoint = {"model": model.module.state_dict()}', "pass")
+    assert "TRG040" not in codes(only_logs.replace("torch.save(checkpoint, ", "print("))
+
+
+def test_the_others_waiting_first_is_the_same_phase() -> None:
+    # mosaicml/composer utils/dist.py local_rank_zero_download_and_wait: `if local_rank != 0:
+    # barrier()` before the download, then rank 0's own barrier after it.
+    body = """
+        dist.init_process_group("nccl")
+        def download_and_wait(path):
+            local_rank = int(os.environ["LOCAL_RANK"])
+            if local_rank != 0:
+                dist.barrier()
+            download(path)
+            if local_rank == 0:
+                dist.barrier()
+        download_and_wait("weights.pt")
+    """
+    assert "TRG040" in codes(body)
+
+
+def test_no_one_sided_phase_no_timeout_advice() -> None:
+    # pytorch/examples ddp-tutorial-series multigpu_torchrun.py: every rank trains and saves its
+    # snapshot under `gpu_id == 0`; nothing waits for rank 0 in a barrier.
+    body = """
+        dist.init_process_group(backend="nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        for epoch in range(10):
+            run_epoch(epoch)
+            if int(os.environ["LOCAL_RANK"]) == 0 and epoch % 2 == 0:
+                torch.save(model.module.state_dict(), "snapshot.pt")
+    """
+    assert "TRG040" not in codes(body)
