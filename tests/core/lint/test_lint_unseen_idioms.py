@@ -108,3 +108,48 @@ def test_no_one_sided_phase_no_timeout_advice() -> None:
                 torch.save(model.module.state_dict(), "snapshot.pt")
     """
     assert "TRG040" not in codes(body)
+
+
+def test_a_learning_rate_scaled_through_the_effective_batch_follows_the_world_size() -> None:
+    # LTH14/mar main_mar.py (MAE's recipe): lr = blr * eff_batch_size / 256, where the effective
+    # batch multiplies the per-rank batch by the world size.
+    body = """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("nccl")
+        model = DDP(build_model(), device_ids=[local_rank])
+        eff_batch_size = args.batch_size * misc.get_world_size()
+        if args.lr is None:
+            args.lr = args.blr * eff_batch_size / 256
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95))
+    """
+    assert "TRG011" not in codes(body)
+    assert "TRG011" in codes(body.replace("* misc.get_world_size()", "* 8"))
+
+
+def test_accumulation_divided_by_a_world_scaled_batch_keeps_the_global_batch() -> None:
+    # karpathy/llm.c train_gpt2.py: grad_accum_steps = total_batch_size // (B * T * world_size).
+    body = """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("nccl")
+        ddp_world_size = int(os.environ["WORLD_SIZE"])
+        tokens_per_fwdbwd = B * T * ddp_world_size
+        grad_accum_steps = args.total_batch_size // tokens_per_fwdbwd
+        model = DDP(build_model(), device_ids=[local_rank])
+        optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+    """
+    assert "TRG011" not in codes(body)
+    assert "TRG011" in codes(body.replace("B * T * ddp_world_size", "B * T"))
+
+
+def test_a_print_in_an_except_handler_reports_this_rank_s_own_failure() -> None:
+    # OpenGVLab/InternVL internvl_chat_finetune.py: the dataset's retry loop prints the error.
+    body = """
+        dist.init_process_group("nccl")
+        for step, batch in enumerate(loader):
+            try:
+                train_step(batch)
+            except Exception as e:
+                print(e, "skipping a bad sample", flush=True)
+    """
+    assert "TRG037" not in codes(body)
+    assert "TRG037" in codes(body.replace("train_step(batch)", "print(step)"))
