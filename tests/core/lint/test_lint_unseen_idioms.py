@@ -153,3 +153,52 @@ def test_a_print_in_an_except_handler_reports_this_rank_s_own_failure() -> None:
     """
     assert "TRG037" not in codes(body)
     assert "TRG037" in codes(body.replace("train_step(batch)", "print(step)"))
+
+
+def test_a_forward_two_helpers_down_is_followed_from_the_rank_gate() -> None:
+    # FareedKhan-dev/train-llm-from-scratch train_reward.py before 9476be5: the final eval runs
+    # on the main process only; eval_accuracy(rm) calls _pair_rewards(rm, batch), whose forward
+    # of the DDP-wrapped reward model the other ranks (already at cleanup) never join.
+    body = """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        def _pair_rewards(rm, batch):
+            return rm(batch)
+        def eval_accuracy(rm, batches):
+            return sum(_pair_rewards(rm, b) for b in batches)
+        def main():
+            dist.init_process_group("nccl")
+            rm = DDP(build_reward_model(), device_ids=[local_rank])
+            train(rm)
+            if dist.get_rank() == 0:
+                acc = eval_accuracy(rm, test_batches)
+            dist.destroy_process_group()
+        main()
+    """
+    assert "TRG036" in codes(body)
+    assert "TRG036" not in codes(
+        body.replace("eval_accuracy(rm, test_batches)", "eval_accuracy(rm.module, test_batches)")
+    )
+
+
+def test_a_test_the_call_site_settled_stays_settled_two_helpers_down() -> None:
+    # EleutherAI/gpt-neox gradient_noise_scale.py: rank 0 alone runs _update() in the `else` of
+    # `if self.neox_args.is_pipe_parallel:`; the all_reduce two calls down is under that very test.
+    body = """
+        class GradientNoiseScale:
+            def _sync_overflow(self, is_overflow):
+                if self.neox_args.is_pipe_parallel:
+                    dist.all_reduce(is_overflow)
+                return is_overflow
+            def _update(self):
+                return self._sync_overflow(False)
+            def update(self):
+                if self.neox_args.is_pipe_parallel:
+                    self._update()
+                else:
+                    if dist.get_rank() == 0:
+                        self._update()
+                    dist.barrier()
+        dist.init_process_group("nccl")
+        GradientNoiseScale().update()
+    """
+    assert "TRG036" not in codes(body) and "TRG021" not in codes(body)

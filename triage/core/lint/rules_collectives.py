@@ -262,18 +262,28 @@ class _Candidate:
 
 
 def _helper_communications(
-    ctx: Context, site: Call, helper: FunctionNode
+    ctx: Context,
+    site: Call,
+    helper: FunctionNode,
+    given: dict[str, str | None] | None = None,
+    depth: int = 0,
+    decided: dict[str, bool] | None = None,
 ) -> Iterator[tuple[Communication, str]]:
-    """Collectives a same-file helper runs on every call (one level), seen from a call site."""
+    """Collectives a same-file helper runs on every call, seen from a call site: in its own body,
+    or in the same-file helpers it calls in turn (up to three deep: `eval_accuracy(rm)` calls
+    `_pair_rewards(rm, batch)`, which runs the DDP model's forward). `given`: the wrapper kinds the
+    caller's own parameters hold, for the arguments that pass them on; `decided`: the tests the
+    callers above have already settled (`self.pipe` in the `else` of `if self.pipe:`)."""
     params = [a.arg for a in helper.args.posonlyargs + helper.args.args]
     if params and params[0] in ("self", "cls"):
         params = params[1:]
-    passed = {p: ctx.wrappers.kind(arg, site.scope) for p, arg in zip(params, site.node.args, strict=False)}
-    for keyword in site.node.keywords:
-        if keyword.arg:
-            passed[keyword.arg] = ctx.wrappers.kind(keyword.value, site.scope)
+    pairs = [
+        *zip(params, site.node.args, strict=False),
+        *((k.arg, k.value) for k in site.node.keywords if k.arg),
+    ]
+    passed = {p: _kind_passed(ctx, arg, site, given) for p, arg in pairs}
     arguments = _arguments(helper, site)
-    known = _known_at(ctx, site, helper)
+    known = {**(decided or {}), **_known_at(ctx, site, helper)}
     for inner in ctx.script.call_list:
         if inner.scope is not helper or ctx.ranks.gate(inner.node) is not None:
             continue
@@ -284,6 +294,19 @@ def _helper_communications(
             found = _forward(inner, passed[inner.node.func.id] or "")
         if found is not None:
             yield found, f"`{helper.name}()` calls {found.label} (line {inner.node.lineno}) and "
+            continue
+        nested = ctx.script.local_function(inner.node)
+        if nested is not None and nested is not helper and depth < 2:
+            for deeper, via in _helper_communications(ctx, inner, nested, passed, depth + 1, known):
+                yield deeper, f"`{helper.name}()` calls {via}"
+
+
+def _kind_passed(ctx: Context, arg: ast.expr, site: Call, given: dict[str, str | None] | None) -> str | None:
+    """The wrapper kind an argument carries: its own, or that of the caller's parameter it names."""
+    kind = ctx.wrappers.kind(arg, site.scope)
+    if kind is None and given and isinstance(arg, ast.Name):
+        return given.get(arg.id)
+    return kind
 
 
 def _arguments(helper: FunctionNode, site: Call) -> dict[str, ast.expr]:
