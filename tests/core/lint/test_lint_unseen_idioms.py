@@ -202,3 +202,22 @@ def test_a_test_the_call_site_settled_stays_settled_two_helpers_down() -> None:
         GradientNoiseScale().update()
     """
     assert "TRG036" not in codes(body) and "TRG021" not in codes(body)
+
+
+def test_cuda_work_above_the_set_device_line_lands_on_gpu_0() -> None:
+    # KellerJordan/modded-nanogpt train_gpt.py before 4d6fe167: an import-time warm-up tensor on
+    # device="cuda", ~1300 lines above `torch.cuda.set_device(device)`.
+    body = """
+        torch.empty(1, device="cuda", requires_grad=True).backward()  # prevents a bug on some systems
+        local_rank = int(os.environ["LOCAL_RANK"])
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group(backend="nccl", device_id=device)
+        model = build_model().cuda()
+    """
+    assert "TRG030" in codes(body)
+    fixed = body.replace('device="cuda", requires_grad', 'device=f"cuda:{local_rank}", requires_grad')
+    assert "TRG030" not in codes(fixed)
+    # A function that uses "cuda" runs when it is called, after the binding: not reported.
+    later = body.replace("torch.empty(", "def warm_up():\n            torch.empty(", 1)
+    assert "TRG030" not in codes(later)
