@@ -60,7 +60,6 @@ KNOWN_MISSES = {
     "fix_lavis_a4c54eb8_save_every_rank.py",
     # `self.is_visualizer` is rank 0 only by a helper of another module.
     "fix_var_8198567e_allreduce_visualizer_only.py",
-    "trapper_73_dirs_every_process.py",
 }
 TEST_SPLIT_MISSES_AT_MOST = 3
 

@@ -221,3 +221,25 @@ def test_cuda_work_above_the_set_device_line_lands_on_gpu_0() -> None:
     # A function that uses "cuda" runs when it is called, after the binding: not reported.
     later = body.replace("torch.empty(", "def warm_up():\n            torch.empty(", 1)
     assert "TRG030" not in codes(later)
+
+
+def test_the_hf_examples_rank_helper_says_the_trainer_runs_one_process_per_gpu() -> None:
+    # obss/trapper training/train.py before #74 (issue #73): the HF Trainer runs the script on every
+    # GPU; every process made the serialization directories under `if not os.path.isdir(dir_):`.
+    body = """
+        from transformers.trainer_utils import is_main_process
+        def _create_serialization_dirs(dirs):
+            for dir_ in dirs:
+                if not os.path.isdir(dir_):
+                    os.makedirs(dir_)
+        def run(training_args, dirs):
+            _create_serialization_dirs(dirs)
+            if is_main_process(training_args.local_rank):
+                print("training")
+        if __name__ == "__main__":
+            run(parse_args(), ["out", "results"])
+    """
+    assert "TRG023" in codes(body, head="import os\n")
+    # The same code with nothing that says it runs as several processes: a plain script.
+    plain = body.replace("from transformers.trainer_utils import", "from myproject.utils import")
+    assert "TRG023" not in codes(plain, head="import os\n")

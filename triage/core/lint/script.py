@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from triage.core import launchers
 from triage.core.errors import UserError
+from triage.core.lint.rank_terms import MAIN_NAMES
 from triage.core.lint.snippets import implicit_imports
 
 Scope = ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
@@ -299,6 +300,8 @@ class Script:
                 or target.endswith("DistributedSampler")
             ) and not _single_process_import(target):
                 found.add("torch.distributed")
+            if target.startswith("transformers.") and target.rsplit(".", 1)[-1] in MAIN_NAMES:
+                found.add("hf_trainer")  # HF examples' `is_main_process(training_args.local_rank)`
         for call in self.call_list:
             name = call.name
             if (
