@@ -57,7 +57,6 @@ KNOWN_MISSES = {
     # class with no entry point in the file: what they do is not visible here.
     "fix_mace_68ad31ab_checkpoint_every_rank.py",
     "fix_mmengine_0f62a6c0_remove_best_every_rank.py",
-    "fix_lavis_a4c54eb8_save_every_rank.py",
     # `self.is_visualizer` is rank 0 only by a helper of another module.
     "fix_var_8198567e_allreduce_visualizer_only.py",
 }

@@ -243,3 +243,31 @@ def test_the_hf_examples_rank_helper_says_the_trainer_runs_one_process_per_gpu()
     # The same code with nothing that says it runs as several processes: a plain script.
     plain = body.replace("from transformers.trainer_utils import", "from myproject.utils import")
     assert "TRG023" not in codes(plain, head="import os\n")
+
+
+def test_a_class_that_wraps_ddp_in_a_property_is_distributed_from_birth() -> None:
+    # salesforce/LAVIS runners/runner_base.py before a4c54eb: the runner wraps the model in DDP in
+    # its `model` property, and train() saves a checkpoint on every process when there is no
+    # validation split.
+    body = """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        class Runner:
+            @property
+            def model(self):
+                if self._wrapped_model is None:
+                    self._wrapped_model = DDP(self._model, device_ids=[self.config.gpu])
+                return self._wrapped_model
+            def train(self):
+                for cur_epoch in range(self.max_epoch):
+                    self.train_epoch(cur_epoch)
+                    if not self.evaluate_only:
+                        self.save_checkpoint(cur_epoch)
+            def save_checkpoint(self, cur_epoch):
+                save_obj = {"model": self.model.module.state_dict(), "epoch": cur_epoch}
+                torch.save(save_obj, os.path.join(self.output_dir, f"checkpoint_{cur_epoch}.pth"))
+    """
+    assert "TRG023" in codes(body)
+    fixed = body.replace("if not self.evaluate_only:", "if not self.evaluate_only and dist.get_rank() == 0:")
+    assert "TRG023" not in codes(fixed)
+    # A method (not a property) that wraps DDP is one test among many: the class is not tied.
+    assert "TRG023" not in codes(body.replace("@property", "@torch.no_grad()"))
