@@ -216,6 +216,43 @@ def test_missing_paths_fifos_and_no_paths_are_one_line(run_cli: Run, tmp_path: P
     assert "unknown lint code 'D21'" in one_error_line(run_cli("lint", "--explain", "D21"))
 
 
+def test_a_huge_file_is_one_line_and_exit_2(run_cli: Run, tmp_path: Path) -> None:
+    huge = tmp_path / "generated.py"
+    huge.write_bytes(b"x = 1\n" * 1_000_000)  # 6 MB: a generated blob, not a training script
+    assert one_error_line(run_cli("lint", str(huge))).endswith("too large to be a training script")
+
+
+def test_a_directory_of_thousands_of_files_finishes_and_names_each_file_it_skips(
+    run_cli: Run, tmp_path: Path
+) -> None:
+    body = 'import torch.distributed as dist\ndist.init_process_group("nccl")\nif dist.get_rank() == 0:\n    dist.barrier()\n'
+    for i in range(2000):
+        (tmp_path / f"job_{i}.py").write_text(body)
+    (tmp_path / "weights.py").write_bytes(b"\x00\x01PK\x03")
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    os.mkfifo(tmp_path / "pipe.py")
+    result = run_cli("lint", "--json", str(tmp_path), timeout=300)
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert len(report["findings"]) == 2000 and report["files"] == 2000
+    assert sorted(line.split(":")[0].rsplit("/", 1)[-1] for line in report["skipped"]) == [
+        "broken.py",
+        "pipe.py",
+        "weights.py",
+    ]
+    text = run_cli("lint", str(tmp_path), timeout=300)
+    skipped = text.stderr.decode().splitlines()
+    assert len(skipped) == 3 and all(line.startswith("triage: skipped ") for line in skipped), skipped
+
+
+def test_a_user_s_invalid_escape_is_not_our_warning_to_print(run_cli: Run, tmp_path: Path) -> None:
+    # Real code is full of `"\:"` in regexes; Python 3.12 makes it a SyntaxWarning on stderr.
+    script = tmp_path / "train.py"
+    script.write_text('import torch.distributed as dist\npattern = "rank\\:(\\d+)"\n')
+    result = run_cli("lint", str(script), env={"PYTHONWARNINGS": "always"})
+    assert result.returncode == 0 and result.stderr == b"", result.stderr
+
+
 def test_the_walk_branches_on_a_finding(run_cli: Run) -> None:
     """`triage --script train.py walk`: the lint probe decides the node instead of a question."""
     args = ["walk", "--json", "--answer", "what_do_you_see=4"]
