@@ -271,3 +271,22 @@ def test_a_class_that_wraps_ddp_in_a_property_is_distributed_from_birth() -> Non
     assert "TRG023" not in codes(fixed)
     # A method (not a property) that wraps DDP is one test among many: the class is not tied.
     assert "TRG023" not in codes(body.replace("@property", "@torch.no_grad()"))
+
+
+def test_a_dataset_loaded_with_torch_load_carries_no_gpu() -> None:
+    # Lightning-AI/lit-llama finetune/full.py: load_datasets() returns the token tensors that the
+    # prepare script saved on the CPU; the checkpoint loaded next to it is state, and is reported.
+    body = """
+        dist.init_process_group("nccl")
+        def load_datasets(data_dir):
+            train_data = torch.load(os.path.join(data_dir, "train.pt"))
+            val_data = torch.load(os.path.join(data_dir, "test.pt"))
+            return train_data, val_data
+        def main():
+            train_data, val_data = load_datasets("data/alpaca")
+            checkpoint = torch.load("checkpoints/lit-llama/7B/lit-llama.pth")
+            model.load_state_dict(checkpoint, strict=False)
+        main()
+    """
+    found = [f for f in lint_source(HEAD + textwrap.dedent(body), "train.py") if f.code == "TRG031"]
+    assert [f.line for f in found] == [13]

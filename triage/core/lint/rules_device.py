@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
 from triage.core.lint.reach import anchored
-from triage.core.lint.script import Call
+from triage.core.lint.script import Call, dotted
 
 TRG003 = Rule(
     code="TRG003",
@@ -275,12 +275,26 @@ def _check_load(ctx: Context) -> Iterator[Finding]:
             continue
         if call.has_star_kwargs() or not ctx.ranks.per_rank(call.node) or _mapped_elsewhere(ctx, call):
             continue
+        if _loads_data(ctx, call):
+            continue
         yield ctx.finding(
             TRG031,
             call.node,
             "torch.load() without map_location puts the saved tensors back on the GPU they came from"
             " (cuda:0 on every rank); pass map_location",
         )
+
+
+def _loads_data(ctx: Context, call: Call) -> bool:
+    """`train_data = torch.load(os.path.join(data_dir, "train.pt"))` in lit-llama's
+    `load_datasets()`: a dataset prepared on the CPU, not state saved from a GPU. The name it is
+    bound to, or the function it is returned from, says so."""
+    parent = ctx.script.parents.get(call.node)
+    names = [dotted(t) for t in parent.targets] if isinstance(parent, ast.Assign) else []
+    if isinstance(parent, ast.Return | ast.Assign):
+        function = next((a for a in ctx.script.ancestors(call.node) if isinstance(a, ast.FunctionDef)), None)
+        names += [function.name] if function is not None else []
+    return any("data" in name.lower().rsplit(".", 1)[-1] for name in names)
 
 
 def _mapped_elsewhere(ctx: Context, call: Call) -> bool:
