@@ -290,3 +290,25 @@ def test_a_dataset_loaded_with_torch_load_carries_no_gpu() -> None:
     """
     found = [f for f in lint_source(HEAD + textwrap.dedent(body), "train.py") if f.code == "TRG031"]
     assert [f.line for f in found] == [13]
+
+
+def test_horovod_collectives_under_a_rank_test_are_reached_by_one_rank() -> None:
+    # Horovod's own warning ("One or more tensors were submitted to be reduced ... by subset of
+    # ranks ... will cause deadlock", horovod/horovod#334): its collectives, like torch's, need
+    # every rank. Scripts ported from Horovod keep `hvd.allreduce` for metrics.
+    body = """
+        import horovod.torch as hvd
+        hvd.init()
+        torch.cuda.set_device(hvd.local_rank())
+        for epoch in range(10):
+            train(epoch)
+            if hvd.rank() == 0:
+                avg = hvd.allreduce(torch.tensor(val_loss), name="avg_loss")
+                torch.save(model.state_dict(), "checkpoint.pt")
+    """
+    assert "TRG021" in codes(body, head="import torch\n")
+    moved = body.replace(
+        '            if hvd.rank() == 0:\n                avg = hvd.allreduce(torch.tensor(val_loss), name="avg_loss")',
+        '            avg = hvd.allreduce(torch.tensor(val_loss), name="avg_loss")\n            if hvd.rank() == 0:',
+    )
+    assert "TRG021" not in codes(moved, head="import torch\n")

@@ -4,8 +4,9 @@ A collective completes only when every rank calls it, so one under `if rank == 0
 Certain collectives (`dist.barrier`, `all_reduce`, `accelerator.wait_for_everyone`, Lightning's
 `trainer.save_checkpoint`, a DeepSpeed engine's `save_checkpoint`, an FSDP model's forward) are
 errors; calls that communicate only in some setups (a DDP model's forward, `accelerator.save_state`,
-a helper from another module named like a collective) are warnings. A helper of the same file
-called under the gate is followed one level. The rank-0 / other-ranks pair
+a helper from another module named like a collective) are warnings; which calls those are is
+`communication`'s to say. A helper of the same file called under the gate is followed, and the
+helpers it calls, three calls deep. The rank-0 / other-ranks pair
 (`if local_rank not in (-1, 0): barrier()` ... `if local_rank == 0: barrier()`) is matched and
 not reported.
 """
@@ -16,9 +17,10 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from triage.core.lint.communication import Communication, communication, forward
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.patterns import enclosing_ifs, kwarg_true
+from triage.core.lint.patterns import enclosing_ifs
 from triage.core.lint.ranks import Gate
 from triage.core.lint.script import Call, FunctionNode, dotted
 
@@ -104,154 +106,6 @@ TRG036 = Rule(
 )
 RULES = (TRG021, TRG036)
 
-DIST_COLLECTIVES = frozenset(
-    {
-        "barrier",
-        "monitored_barrier",
-        "all_reduce",
-        "all_reduce_coalesced",
-        "all_gather",
-        "all_gather_object",
-        "all_gather_into_tensor",
-        "all_gather_coalesced",
-        "_all_gather_base",
-        "reduce",
-        "reduce_scatter",
-        "reduce_scatter_tensor",
-        "_reduce_scatter_base",
-        "broadcast",
-        "broadcast_object_list",
-        "gather",
-        "gather_object",
-        "scatter",
-        "scatter_object_list",
-        "all_to_all",
-        "all_to_all_single",
-        "new_group",
-        "new_subgroups",
-    }
-)
-_DIST_MODULES = ("torch.distributed", "deepspeed.comm", "accelerate.utils", "torch_xla")
-_XLA = frozenset({"rendezvous", "mesh_reduce"})
-_STATE_DICT_COLLECTIVES = frozenset(
-    {
-        "get_state_dict",
-        "get_model_state_dict",
-        "get_optimizer_state_dict",
-        "full_optim_state_dict",
-        "optim_state_dict",
-    }
-)
-_ACCELERATOR_CERTAIN = frozenset(
-    {"wait_for_everyone", "gather", "gather_for_metrics", "reduce", "pad_across_processes"}
-)
-_FABRIC_CERTAIN = frozenset({"barrier", "all_reduce", "all_gather", "broadcast"})
-_ACCELERATOR_MAYBE = frozenset({"save_state", "load_state", "get_state_dict", "save_model"})
-_HELPER_TAILS = frozenset(
-    {
-        "barrier",
-        "synchronize",
-        "all_reduce",
-        "all_gather",
-        "all_reduce_mean",
-        "reduce_dict",
-        "reduce_mean",
-        "reduce_tensor",
-        "all_gather_object",
-        "broadcast",
-        "wait_for_everyone",
-        "sync_across_processes",
-    }
-)
-
-
-@dataclass(frozen=True)
-class Communication:
-    """A call that communicates: what to call it in a message, and whether it certainly does."""
-
-    node: ast.Call
-    label: str  # "barrier()", "the FSDP-wrapped `model`"
-    certain: bool
-    name: str  # the key pairs are matched on
-
-
-def communication(ctx: Context, call: Call) -> Communication | None:
-    """Whether (and how surely) this call runs a collective."""
-    name, tail = call.name, call.tail
-    if tail in DIST_COLLECTIVES and name.startswith(_DIST_MODULES):
-        grouped = (
-            call.kwarg("group") is not None
-            and dotted(call.kwarg("group") or ast.Name("")) != "dist.group.WORLD"
-        )
-        return Communication(call.node, f"{tail}()", not grouped, name)
-    if tail in _XLA and name.startswith("torch_xla"):
-        return Communication(call.node, f"{tail}()", True, name)
-    if tail in _STATE_DICT_COLLECTIVES and name.startswith("torch.distributed"):
-        return Communication(call.node, f"{tail}()", True, name)
-    if name.startswith("torch.distributed.checkpoint") and tail in (
-        "save",
-        "load",
-        "save_state_dict",
-        "load_state_dict",
-    ):
-        return Communication(call.node, f"torch.distributed.checkpoint.{tail}()", True, name)
-    wrappers = ctx.wrappers
-    if call.receiver is not None and wrappers.is_accelerator(call):
-        if tail in _ACCELERATOR_CERTAIN:
-            return Communication(call.node, f"accelerator.{tail}()", True, f"accelerator.{tail}")
-        if tail in _ACCELERATOR_MAYBE:
-            return Communication(call.node, f"accelerator.{tail}()", False, f"accelerator.{tail}")
-    receiver_kind = wrappers.kind(call.receiver, call.scope)
-    receiver = dotted(call.receiver) if call.receiver is not None else ""
-    lightning = "lightning" in ctx.script.frameworks
-    if lightning and receiver_kind is None and receiver.rsplit(".", 1)[-1] in ("trainer", "fabric"):
-        receiver_kind = "lightning_trainer" if receiver.endswith("trainer") else "fabric"
-    if receiver_kind == "fabric" and tail in _FABRIC_CERTAIN:
-        return Communication(call.node, f"fabric.{tail}()", True, f"fabric.{tail}")
-    if receiver_kind == "fabric" and tail in ("save", "load"):
-        return Communication(call.node, f"fabric.{tail}()", False, f"fabric.{tail}")
-    if lightning and receiver == "self" and tail == "all_gather":
-        return Communication(call.node, "self.all_gather()", True, "self.all_gather")
-    if tail == "save_checkpoint" and receiver_kind in ("lightning_trainer", "deepspeed"):
-        what = "Lightning's trainer" if receiver_kind == "lightning_trainer" else "the DeepSpeed engine's"
-        return Communication(call.node, f"{what} save_checkpoint()", True, f"{receiver_kind}.save_checkpoint")
-    if tail == "barrier" and dotted(call.receiver or ast.Name("")).endswith("strategy"):
-        return Communication(call.node, "strategy.barrier()", True, "strategy.barrier")
-    if tail == "state_dict" and receiver_kind in ("fsdp", "fsdp2"):
-        return Communication(call.node, "the FSDP model's state_dict()", False, "fsdp.state_dict")
-    if tail == "log" and kwarg_true(call, "sync_dist"):
-        return Communication(call.node, "self.log(..., sync_dist=True)", False, "log")
-    own_kind = wrappers.kind(call.node.func, call.scope)
-    if own_kind is not None:
-        return _forward(call, own_kind)
-    if (
-        tail in _HELPER_TAILS
-        and not name.startswith("torch.")
-        and ctx.script.local_function(call.node) is None
-        and ("." in name or name in ctx.script.imports)
-    ):
-        return Communication(call.node, f"{name}()", False, name)
-    return None
-
-
-def _forward(call: Call, kind: str) -> Communication | None:
-    text = dotted(call.node.func) or "model"
-    if kind in ("fsdp", "fsdp2"):
-        return Communication(
-            call.node, f"the FSDP-wrapped `{text}` (its forward all-gathers parameters)", True, text
-        )
-    if kind == "ddp":
-        return Communication(
-            call.node, f"the DDP-wrapped `{text}` (its forward broadcasts buffers)", False, text
-        )
-    if kind == "deepspeed":
-        return Communication(
-            call.node, f"the DeepSpeed engine `{text}` (ZeRO-3 all-gathers in forward)", False, text
-        )
-    if kind == "prepared":
-        return Communication(call.node, f"the Accelerate-prepared `{text}` (a DDP/FSDP wrapper)", False, text)
-    return None
-
 
 @dataclass(frozen=True)
 class _Candidate:
@@ -291,7 +145,7 @@ def _helper_communications(
             continue
         found = communication(ctx, inner)
         if found is None and isinstance(inner.node.func, ast.Name) and passed.get(inner.node.func.id):
-            found = _forward(inner, passed[inner.node.func.id] or "")
+            found = forward(inner, passed[inner.node.func.id] or "")
         if found is not None:
             yield found, f"`{helper.name}()` calls {found.label} (line {inner.node.lineno}) and "
             continue

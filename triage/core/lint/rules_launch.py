@@ -11,9 +11,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from triage.core.lint.communication import communication
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.rules_collectives import communication
 from triage.core.lint.script import Script, const_int, dotted
 
 TRG040 = Rule(
