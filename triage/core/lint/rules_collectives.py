@@ -138,8 +138,8 @@ def _helper_communications(
     passed = {p: _kind_passed(ctx, arg, site, given) for p, arg in pairs}
     arguments = _arguments(helper, site)
     known = {**(decided or {}), **_known_at(ctx, site, helper)}
-    for inner in ctx.script.call_list:
-        if inner.scope is not helper or ctx.ranks.gate(inner.node) is not None:
+    for inner in _calls_in(ctx, helper):
+        if ctx.ranks.gate(inner.node) is not None:
             continue
         if _switched_off(ctx, inner.node, helper, arguments, known):
             continue
@@ -150,9 +150,33 @@ def _helper_communications(
             yield found, f"`{helper.name}()` calls {found.label} (line {inner.node.lineno}) and "
             continue
         nested = ctx.script.local_function(inner.node)
-        if nested is not None and nested is not helper and depth < 2:
+        if nested is not None and nested is not helper and depth < 2 and _expand(ctx):
             for deeper, via in _helper_communications(ctx, inner, nested, passed, depth + 1, known):
                 yield deeper, f"`{helper.name}()` calls {via}"
+
+
+_EXPANSIONS = 2000  # helpers of helpers followed per script: a generated file of 400 helpers
+# calling 5 others each must not take minutes
+
+
+def _expand(ctx: Context) -> bool:
+    done = ctx.script.cache.get("collectives.expansions")
+    count = done if isinstance(done, int) else 0
+    ctx.script.cache["collectives.expansions"] = count + 1
+    return count < _EXPANSIONS
+
+
+def _calls_in(ctx: Context, scope: FunctionNode) -> list[Call]:
+    """The calls whose innermost function is `scope` (indexed once per script)."""
+    cached = ctx.script.cache.get("collectives.calls_by_scope")
+    if isinstance(cached, dict):
+        index: dict[int, list[Call]] = cached
+    else:
+        index = {}
+        for call in ctx.script.call_list:
+            index.setdefault(id(call.scope), []).append(call)
+        ctx.script.cache["collectives.calls_by_scope"] = index
+    return index.get(id(scope), [])
 
 
 def _kind_passed(ctx: Context, arg: ast.expr, site: Call, given: dict[str, str | None] | None) -> str | None:
