@@ -312,3 +312,34 @@ def test_horovod_collectives_under_a_rank_test_are_reached_by_one_rank() -> None
         '            avg = hvd.allreduce(torch.tensor(val_loss), name="avg_loss")\n            if hvd.rank() == 0:',
     )
     assert "TRG021" not in codes(moved, head="import torch\n")
+
+
+def test_a_signal_protocol_pairs_rank_0_with_the_others_across_functions() -> None:
+    # ACEsuit/mace tools/train.py (LBFGS): rank 0 runs optimizer.step(closure) and signals the
+    # others with broadcast(signal); they wait in broadcast(signal) and run closure() themselves.
+    body = """
+        dist.init_process_group("nccl")
+        def take_step(model, optimizer, rank, signal):
+            def closure():
+                if rank == 0:
+                    signal.fill_(1)
+                    torch.distributed.broadcast(signal, src=0)
+                total_loss = compute_loss(model)
+                torch.distributed.all_reduce(total_loss)
+                return total_loss
+            if rank == 0:
+                loss = optimizer.step(closure)
+                signal.fill_(0)
+                torch.distributed.broadcast(signal, src=0)
+            else:
+                while True:
+                    torch.distributed.broadcast(signal, src=0)
+                    if signal.item() == 0:
+                        break
+                    loss = closure()
+        take_step(model, optimizer, dist.get_rank(), signal)
+    """
+    assert [c for c in codes(body) if c in ("TRG021", "TRG036")] == []
+    # Without rank 0's side of the protocol, the others wait alone.
+    broken = body.replace("loss = optimizer.step(closure)", "loss = optimizer.step()")
+    assert "TRG021" in codes(broken)

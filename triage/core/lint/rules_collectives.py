@@ -281,12 +281,25 @@ def _other_arm_calls(ctx: Context, c: _Candidate) -> bool:
                 id(call.node) in nodes
                 and (
                     (c.via and dotted(call.node.func) == same)  # the same helper
+                    or (c.via and same in _handed(call.node))  # `optimizer.step(closure)`
                     or ((found := communication(ctx, call)) is not None and found.name == c.comm.name)
                 )
                 for call in ctx.script.call_list
             )
         child = parent
     return False
+
+
+def _handed(call: ast.Call) -> set[str]:
+    """The names a call hands over as arguments: a closure an optimizer's step() runs."""
+    return {a.id for a in (*call.args, *(k.value for k in call.keywords)) if isinstance(a, ast.Name)}
+
+
+def _signal(ctx: Context, c: _Candidate) -> tuple[str, str]:
+    """The collective and the object it moves: rank 0's `broadcast(signal, src=0)` in one function
+    meets the others' `broadcast(signal, src=0)` in another (MACE's LBFGS protocol)."""
+    first = c.comm.node.args[0] if c.comm.node.args else None
+    return c.comm.name, dotted(first) if first is not None and not c.via else ""
 
 
 def check(ctx: Context) -> Iterator[Finding]:
@@ -302,11 +315,17 @@ def check(ctx: Context) -> Iterator[Finding]:
         key = (id(ctx.script.scope_of(c.at)), c.comm.name)
         sides.setdefault(key, set()).add(c.gate.side)
         arms.setdefault(key, set()).add((c.gate.line, c.gate.where.startswith("inside")))
+    signals: dict[tuple[str, str], set[str]] = {}
+    for c in candidates:
+        if _signal(ctx, c)[1]:
+            signals.setdefault(_signal(ctx, c), set()).add(c.gate.side)
     for c in candidates:
         key = (id(ctx.script.scope_of(c.at)), c.comm.name)
         if {"zero", "nonzero"} <= sides[key] or (c.gate.line, not c.gate.where.startswith("inside")) in arms[
             key
         ]:
+            continue
+        if _signal(ctx, c)[1] and {"zero", "nonzero"} <= signals[_signal(ctx, c)]:
             continue
         if _other_arm_calls(ctx, c):
             continue
