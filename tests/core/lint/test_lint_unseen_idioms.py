@@ -343,3 +343,51 @@ def test_a_signal_protocol_pairs_rank_0_with_the_others_across_functions() -> No
     # Without rank 0's side of the protocol, the others wait alone.
     broken = body.replace("loss = optimizer.step(closure)", "loss = optimizer.step()")
     assert "TRG021" in codes(broken)
+
+
+def test_a_local_rank_that_falls_back_to_the_rank_when_unset_stays_local() -> None:
+    # xdit-project/xDiT core/distributed/parallel_state.py: `if local_rank == -1:` (not given, the
+    # single-node case) it becomes LOCAL_RANK or the rank, then binds the device.
+    body = """
+        def init_distributed_environment(world_size=-1, rank=-1, local_rank=-1, method="env://"):
+            if local_rank == -1:
+                if method == "env://":
+                    local_rank = int(os.environ["LOCAL_RANK"])
+                else:
+                    local_rank = rank
+            torch.cuda.set_device(local_rank)
+            dist.init_process_group("nccl", init_method=method, world_size=world_size, rank=rank)
+        init_distributed_environment()
+    """
+    assert "TRG003" not in codes(body)
+    # A local rank that is the global rank unconditionally is still the global rank.
+    always = body.replace("            if local_rank == -1:\n", "            if True:\n")
+    assert "TRG003" in codes(
+        always.replace('local_rank = int(os.environ["LOCAL_RANK"])', "local_rank = rank")
+    )
+
+
+def test_a_backward_method_of_the_trainer_is_not_a_bare_loss_backward() -> None:
+    # snowflakedb/ArcticTraining trainer.py: step() calls self.backward(loss), the trainer's own
+    # method, which calls the engine's backward.
+    body = """
+        import deepspeed
+        class Trainer:
+            def __init__(self, model, config):
+                self.model, *_ = deepspeed.initialize(model=model, config=config)
+            def backward(self, loss):
+                self.model.backward(loss)
+            def step(self, batch):
+                self.model.train()
+                loss = self.model(batch).mean()
+                self.backward(loss)
+                self.model.step()
+        Trainer(build(), "ds.json").step(batch)
+    """
+    assert "TRG018" not in codes(body)
+    assert "TRG018" in codes(
+        body.replace("self.backward(loss)\n", "loss.backward()\n", 1).replace(
+            "def backward(self, loss):\n                self.model.backward(loss)",
+            "def other(self):\n                pass",
+        )
+    )

@@ -149,3 +149,19 @@ def _parameters(scope: ast.AST) -> frozenset[str]:
         return frozenset()
     args = scope.args
     return frozenset(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
+
+
+def unset_test(test: ast.AST, name: str) -> bool:
+    """`name == -1`, `name < 0`, `name is None`: a rank the launcher did not set."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name)):
+        return False
+    try:
+        value = ast.literal_eval(test.comparators[0])
+    except ValueError:
+        return False
+    op = test.ops[0]
+    return test.left.id == name and (
+        (isinstance(op, ast.Eq) and value == -1)
+        or (isinstance(op, ast.Lt) and value == 0)
+        or (isinstance(op, ast.Is) and value is None)
+    )

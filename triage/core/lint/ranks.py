@@ -29,6 +29,7 @@ from triage.core.lint.rank_terms import (
     compare_side,
     flip,
     negate,
+    unset_test,
     writer_parameter_side,
 )
 from triage.core.lint.script import FunctionNode, Scope, Script, const_int, dotted
@@ -341,8 +342,9 @@ class RankModel:
             return
         names = table.setdefault(where, {})
         # `rank = LOCAL_RANK if set, else RANK`: under torchrun it is the local rank; a name bound to
-        # both kinds is not claimed to be the global one.
-        if table is self.values and names.get(key) == "local" and value == "global":
+        # both kinds is not claimed to be the global one; nor `if local_rank == -1: local_rank = rank`.
+        unset = any(isinstance(a, ast.If) and unset_test(a.test, key) for a in self.script.ancestors(target))
+        if table is self.values and value == "global" and (names.get(key) == "local" or unset):
             return
         names[key] = value
 
