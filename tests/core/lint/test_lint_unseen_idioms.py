@@ -391,3 +391,43 @@ def test_a_backward_method_of_the_trainer_is_not_a_bare_loss_backward() -> None:
             "def other(self):\n                pass",
         )
     )
+
+
+def test_rank_0_reads_the_state_dict_of_a_model_it_has_not_sharded_yet() -> None:
+    # mosaicml/composer distributed/prepare_distributed.py (sync_module_states): rank 0 takes the
+    # full state dict of the plain model, then every rank shards it and rank 0's state is broadcast.
+    body = """
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions
+        from torch.distributed.fsdp import fully_shard
+        dist.init_process_group("nccl")
+        def parallelize(model):
+            full_state_dict = {}
+            if dist.get_rank() == 0:
+                full_state_dict = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+            fully_shard(model)
+            sync_module_states(model, full_state_dict)
+        parallelize(build())
+    """
+    assert "TRG021" not in codes(body)
+    sharded_first = body.replace("            fully_shard(model)\n", "").replace(
+        "            full_state_dict = {}\n",
+        "            fully_shard(model)\n            full_state_dict = {}\n",
+    )
+    assert "TRG021" in codes(sharded_first)
+
+
+def test_rank_0_of_one_mesh_dimension_saving_with_its_group_is_every_member() -> None:
+    # mosaicml/composer utils/checkpoint.py (HSDP): the first replica saves its shards, with the
+    # shard group as process_group.
+    body = """
+        import torch.distributed.checkpoint as dist_cp
+        dist.init_process_group("nccl")
+        def save(state_dict, device_mesh, dirname):
+            expect_file = device_mesh.get_local_rank(mesh_dim=0) == 0
+            if expect_file:
+                process_group = device_mesh.get_group(1)
+                dist_cp.save(state_dict=state_dict, storage_writer=dist_cp.FileSystemWriter(dirname),
+                             process_group=process_group)
+        save(sd, mesh, "ckpt")
+    """
+    assert "TRG021" not in codes(body)

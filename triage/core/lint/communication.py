@@ -115,6 +115,8 @@ def communication(ctx: Context, call: Call) -> Communication | None:
     if (tail in _XLA and name.startswith("torch_xla")) or (tail in _HOROVOD and name.startswith("horovod")):
         return Communication(call.node, f"{tail}()", True, name)
     if tail in _STATE_DICT_COLLECTIVES and name.startswith("torch.distributed"):
+        if _sharded_later(ctx, call):
+            return None
         return Communication(call.node, f"{tail}()", True, name)
     if name.startswith("torch.distributed.checkpoint") and tail in (
         "save",
@@ -180,3 +182,19 @@ def forward(call: Call, kind: str) -> Communication | None:
     if kind == "prepared":
         return Communication(call.node, f"the Accelerate-prepared `{text}` (a DDP/FSDP wrapper)", False, text)
     return None
+
+
+_SHARDERS = ("fully_shard", "FullyShardedDataParallel", "FSDP")
+
+
+def _sharded_later(ctx: Context, call: Call) -> bool:
+    """`full = get_model_state_dict(model)` on rank 0, then `fully_shard(model)` (composer's
+    sync_module_states): the model is not sharded yet, so reading its state dict is local."""
+    model = dotted(call.node.args[0]) if call.node.args else ""
+    return bool(model) and any(
+        other.scope is call.scope
+        and other.node.lineno > call.node.lineno
+        and any(part in other.tail for part in _SHARDERS)
+        and model in {dotted(a) for a in other.node.args}
+        for other in ctx.script.call_list
+    )

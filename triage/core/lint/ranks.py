@@ -430,7 +430,10 @@ def _needs_every_rank(text: str) -> bool:
 
 def _group_rank(expr: ast.AST) -> bool:
     """`dist.get_rank(group=g)` / `dist.get_rank(g)`: a rank within a process group, not the job's."""
-    if not isinstance(expr, ast.Call) or dotted(expr.func).rsplit(".", 1)[-1] != "get_rank":
+    tail = dotted(expr.func).rsplit(".", 1)[-1] if isinstance(expr, ast.Call) else ""
+    if tail == "get_local_rank" and isinstance(expr, ast.Call) and (expr.args or expr.keywords):
+        return True  # `mesh.get_local_rank(mesh_dim=i)`: a rank within one mesh dimension
+    if tail != "get_rank" or not isinstance(expr, ast.Call):
         return False
     given = expr.args[0] if expr.args else next((k.value for k in expr.keywords if k.arg == "group"), None)
     return given is not None and not (isinstance(given, ast.Constant) and given.value is None)

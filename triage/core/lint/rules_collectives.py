@@ -262,7 +262,7 @@ def _candidates(ctx: Context) -> Iterator[_Candidate]:
 def _members_only(gate: Gate, collective: ast.Call) -> bool:
     """`if rank in ranks: all_reduce(t, group=group_of_those_ranks)` (or a helper that does it, under
     `if is_member(group):`): the members of a subgroup, as it should be."""
-    return gate.side == "other" and any(k.arg == "group" for k in collective.keywords)
+    return gate.side == "other" and any(k.arg in ("group", "process_group") for k in collective.keywords)
 
 
 def _other_arm_calls(ctx: Context, c: _Candidate) -> bool:
