@@ -431,3 +431,27 @@ def test_rank_0_of_one_mesh_dimension_saving_with_its_group_is_every_member() ->
         save(sd, mesh, "ckpt")
     """
     assert "TRG021" not in codes(body)
+
+
+def test_a_library_helper_that_asks_for_the_rank_is_not_anchored_by_that_alone() -> None:
+    # OpenGVLab/InternVL classification/utils.py: save_checkpoint() saves, then deletes an old
+    # checkpoint under `if dist.get_rank() == 0`; main.py calls it only on rank 0. A helper handed
+    # its rank (`def train(..., rank)`) says it runs per rank; one that asks dist.get_rank() does not.
+    body = """
+        def save_checkpoint(config, epoch, model):
+            save_path = os.path.join(config.OUTPUT, f"ckpt_epoch_{epoch}.pth")
+            torch.save({"model": model.state_dict(), "epoch": epoch}, save_path)
+            if dist.get_rank() == 0 and isinstance(epoch, int):
+                old = os.path.join(config.OUTPUT, f"ckpt_epoch_{epoch - 5}.pth")
+                if os.path.exists(old):
+                    os.remove(old)
+        def reduce_tensor(tensor):
+            rt = tensor.clone()
+            dist.all_reduce(rt)
+            return rt / dist.get_world_size()
+    """
+    assert "TRG023" not in codes(body)
+    handed = body.replace(
+        "def save_checkpoint(config, epoch, model):", "def save_checkpoint(config, epoch, model, rank):"
+    )
+    assert "TRG023" in codes(handed.replace("dist.get_rank() == 0", "rank == 0"))

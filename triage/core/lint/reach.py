@@ -65,8 +65,10 @@ def _reads_rank(ctx: Context, node: ast.AST) -> bool:
         key = f"reach.reads_rank.{id(scope)}"
         cached = ctx.script.cache.get(key)
         if not isinstance(cached, bool):
+            params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)}
             cached = any(
-                isinstance(inner, ast.Name | ast.Attribute | ast.Call)
+                isinstance(inner, ast.Name)
+                and inner.id in params
                 and ctx.ranks.rank_kind(inner, scope) is not None
                 for inner in ast.walk(scope)
             )
