@@ -455,3 +455,22 @@ def test_a_library_helper_that_asks_for_the_rank_is_not_anchored_by_that_alone()
         "def save_checkpoint(config, epoch, model):", "def save_checkpoint(config, epoch, model, rank):"
     )
     assert "TRG023" in codes(handed.replace("dist.get_rank() == 0", "rank == 0"))
+
+
+def test_a_method_reading_its_object_s_rank_runs_on_every_rank_s_object() -> None:
+    # Lightning-AI/litgpt extensions/thunder/strategies/thunder_fsdp.py save_checkpoint(): the
+    # strategy object exists on every rank; its method removes a sharded checkpoint with
+    # shutil.rmtree on all of them, and writes metadata under `if self.global_rank == 0:`.
+    body = """
+        import shutil
+        class ThunderFSDPStrategy:
+            def save_checkpoint(self, path, state):
+                if self._state_dict_type == "sharded":
+                    save(state, path)
+                    if self.global_rank == 0:
+                        torch.save(metadata, path / "meta.pt")
+                elif self._state_dict_type == "full":
+                    if is_sharded_checkpoint(path):
+                        shutil.rmtree(path)
+    """
+    assert "TRG023" in codes(body)

@@ -66,9 +66,11 @@ def _reads_rank(ctx: Context, node: ast.AST) -> bool:
         cached = ctx.script.cache.get(key)
         if not isinstance(cached, bool):
             params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)}
-            cached = any(
-                isinstance(inner, ast.Name)
-                and inner.id in params
+            cached = any(  # a rank it is handed, or its object's (`self.global_rank`)
+                (
+                    (isinstance(inner, ast.Name) and inner.id in params)
+                    or (isinstance(inner, ast.Attribute) and dotted(inner).startswith("self."))
+                )
                 and ctx.ranks.rank_kind(inner, scope) is not None
                 for inner in ast.walk(scope)
             )
