@@ -82,6 +82,15 @@ class Monitor:
             if view.finished and not view.report and self.store.check([report_key(rank)]):
                 view.report = json.loads(self.store.get(report_key(rank)))
 
+    def _patience(self, connected: bool, arrivals: int) -> float:
+        """How long nothing may move before the verdict is a hang: the stall timeout once every
+        rank is connected; the startup limit once some rank has reached the store (the others
+        started with it); until then only the deadline, since no rank has finished importing torch
+        yet and on a loaded machine that alone can take longer than any stall."""
+        if connected:
+            return self.stall_timeout_s
+        return self.startup_timeout_s if arrivals > 0 else self.deadline_s
+
     def run(self) -> Outcome:
         """Watch until a verdict; then tell the ranks (the `finished` key) and return it."""
         start = time.monotonic()
@@ -125,7 +134,7 @@ class Monitor:
                     self._refresh()
                     verdict = "hang" if _silent_culprits(list(self.views.values())) else "crash"
             elif (
-                now - last_progress >= (self.stall_timeout_s if connected_at else self.startup_timeout_s)
+                now - last_progress >= self._patience(connected_at is not None, count)
                 or now - start >= self.deadline_s
             ):
                 self._refresh()
