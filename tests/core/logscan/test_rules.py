@@ -323,3 +323,29 @@ def test_a_second_real_failure_in_the_summary_is_another_failure(kb: KnowledgeBa
     scanner, verdict = scan(kb, (name, changed))
     assert not scanner.scan.no_other_failures
     assert verdict.diagnoses[0].entry_id != "D9"
+
+
+def test_a_worker_traceback_relayed_by_torchs_logger_is_the_workers_own(kb: KnowledgeBase) -> None:
+    """Real output of a fork-started worker (accelerate's notebook_launcher): torch's logger relays
+    its traceback behind `E0422 ... api.py:732]`. That is the worker's error, read as a traceback
+    (no frame `glued behind other output`), and no traceback is missing."""
+    prefix = "E0422 05:07:49.013000 204 torch/distributed/elastic/multiprocessing/api.py:732] "
+    worker = [
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.11/dist-packages/torch/cuda/__init__.py", line 305, in _lazy_init',
+        "    raise RuntimeError(",
+        "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing,"
+        " you must use the 'spawn' start method",
+    ]
+    summary = [
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : 1 (pid: 240)",
+    ]
+    text = "\n".join([prefix + line for line in worker] + summary) + "\n"
+    _, verdict = scan(kb, ("relayed.log", text))
+    assert verdict.first is not None and verdict.first.text.startswith("RuntimeError: Cannot re-initialize")
+    assert verdict.first_rank == 0
+    assert {d.entry_id for d in verdict.diagnoses if d.score >= 0.4} & {"E14"}
+    assert all(d.entry_id != "P4" for d in verdict.diagnoses)
