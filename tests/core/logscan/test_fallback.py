@@ -125,3 +125,32 @@ def test_the_query_engine_reads_the_line_of_code_above_an_exception(kb: Knowledg
     ]
     assert verdict.by_query_engine and verdict.diagnoses[0].entry_id == "E5"
     assert verdict.first_rank == 1
+
+
+SHM_ATTACH = """\
+g148:14937:69361 [0] NCCL INFO Channel 00/1 : 0[0] -> 7[7] via P2P/CUMEM
+g148:14937:69361 [0] misc/shmutils.cc:93 NCCL WARN Call to open failed: No such file or directory
+g148:14937:69361 [0] misc/shmutils.cc:129 NCCL WARN Error while attaching to shared memory segment \
+/dev/shm/nccl-glnlGK (size 14156128), error: No such file or directory (2)
+"""
+
+
+def test_a_ranks_own_error_gets_a_weak_answer_below_the_query_threshold(kb: KnowledgeBase) -> None:
+    """A rank's own NCCL WARN lines (real output) that no signature knows: the log has a failure, so
+    the query engine's clear leader is given, with its own lower score and said to be weak, where a
+    user's vague description at that score would get no answer."""
+    from triage.core import matcher
+    from triage.core.logscan.verdict import OWN_ERROR_FLOOR
+
+    verdict = verdict_for(kb, SHM_ATTACH)
+    assert verdict.found and verdict.by_query_engine, verdict.closest
+    best = verdict.diagnoses[0]
+    assert OWN_ERROR_FLOOR <= best.score < matcher.index_for(kb).confidence.threshold
+    assert "weakly" in best.reason
+
+
+def test_without_an_error_of_its_own_a_weak_match_stays_unanswered(kb: KnowledgeBase) -> None:
+    """The same words with no error line (INFO only): nothing failed that the log shows."""
+    quiet = "\n".join(line.replace("NCCL WARN", "NCCL INFO") for line in SHM_ATTACH.splitlines())
+    verdict = verdict_for(kb, quiet)
+    assert not verdict.found

@@ -22,7 +22,9 @@ The steps, in the order a person reading eight ranks of output would take them:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from triage.core.logscan.blocks import code_above
 from triage.core.logscan.rules import (
@@ -37,6 +39,9 @@ from triage.core.logscan.rules import (
 from triage.core.logscan.scanner import OWN_ERROR_KINDS, Event, Scan
 from triage.core.logscan.structure import SIGTERM_EXIT
 from triage.core.model import KnowledgeBase
+
+if TYPE_CHECKING:
+    from triage.core.matcher import Hit
 
 ECHO_FACTOR = 0.5
 CONTEXT_FACTOR = 0.5  # frames and umbrellas: they support an entry, never make it the answer
@@ -53,6 +58,12 @@ WARNING_FACTOR = 0.6
 THRESHOLD = 0.4  # below it a diagnosis is only "closest", not a finding
 MAX_EVIDENCE = 6
 FALLBACK_CHARS = 6000  # text handed to the query engine when no signature fires
+# A log in which a rank printed an error of its own has a failure in it: the question is only which,
+# not whether (the query engine's threshold also guards content-free text, which such a log is not).
+# So the fallback answers below that threshold, with the engine's own (lower) score, when the best
+# entry reaches OWN_ERROR_FLOOR and clearly leads (the runner-up under OWN_ERROR_LEAD of it).
+OWN_ERROR_FLOOR = 0.3
+OWN_ERROR_LEAD = 0.8
 # The query engine's calibrated score reads as "how often an answer this strong is right": the
 # fallback answers where the engine itself would (its fitted threshold), and only once the log
 # shows that it comes from the stack triage knows (DOMAIN).
@@ -399,6 +410,17 @@ def fallback_text(scan: Scan, events: list[Event]) -> str:
     return "\n".join(parts)[:FALLBACK_CHARS]
 
 
+def _own_error(events: list[Event]) -> bool:
+    """Whether a rank printed an error of its own (not an echo, not the launcher's report)."""
+    return any(e.kind in OWN_ERROR_KINDS and not e.echo and not is_launcher(e) for e in events)
+
+
+def _clear_lead(hits: Sequence[Hit]) -> bool:
+    if not hits or hits[0].score < OWN_ERROR_FLOOR:
+        return False
+    return len(hits) < 2 or hits[1].score <= OWN_ERROR_LEAD * hits[0].score
+
+
 def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeBase) -> None:
     """No signature names the failure: ask the query engine about the errors found."""
     from triage.core import matcher
@@ -409,18 +431,16 @@ def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeB
         return
     match = matcher.rank(kb, text, top=3)
     in_domain = DOMAIN.search(text) is not None or any(DOMAIN.search(head) for head in scan.heads)
-    if not in_domain or match.best is None or match.verdict == "no_match":
+    weak = match.verdict == "no_match" and _clear_lead(match.hits) and _own_error(events)
+    if not in_domain or match.best is None or (match.verdict == "no_match" and not weak):
         verdict.closest = _closest(verdict, [(hit.entry.id, hit.score) for hit in match.hits])
         return
     evidence = tuple(e for e in events if e.kind in OWN_ERROR_KINDS)[:MAX_EVIDENCE]
+    reason = "no signature names this failure; the query engine finds its words in this entry"
+    if weak:
+        reason += " (weakly: read it before acting)"
     found = [
-        Diagnosis(
-            hit.entry.id,
-            hit.score,
-            evidence,
-            "no signature names this failure; the query engine finds its words in this entry",
-            explains_first=index == 0,
-        )
+        Diagnosis(hit.entry.id, hit.score, evidence, reason, explains_first=index == 0)
         for index, hit in enumerate(match.hits)
     ]
     verdict.diagnoses = _merge(found + verdict.diagnoses)
