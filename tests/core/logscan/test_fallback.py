@@ -140,7 +140,7 @@ def test_a_ranks_own_error_gets_a_weak_answer_below_the_query_threshold(kb: Know
     the query engine's clear leader is given, with its own lower score and said to be weak, where a
     user's vague description at that score would get no answer."""
     from triage.core import matcher
-    from triage.core.logscan.verdict import OWN_ERROR_FLOOR
+    from triage.core.logscan.query_reading import OWN_ERROR_FLOOR
 
     verdict = verdict_for(kb, SHM_ATTACH)
     assert verdict.found and verdict.by_query_engine, verdict.closest

@@ -21,12 +21,9 @@ The steps, in the order a person reading eight ranks of output would take them:
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from triage.core.logscan.blocks import code_above
+from triage.core.logscan.query_reading import clear_lead, fallback_text, in_domain, own_error
 from triage.core.logscan.rules import (
     consequences,
     inferred,
@@ -39,9 +36,6 @@ from triage.core.logscan.rules import (
 from triage.core.logscan.scanner import OWN_ERROR_KINDS, Event, Scan
 from triage.core.logscan.structure import SIGTERM_EXIT
 from triage.core.model import KnowledgeBase
-
-if TYPE_CHECKING:
-    from triage.core.matcher import Hit
 
 ECHO_FACTOR = 0.5
 CONTEXT_FACTOR = 0.5  # frames and umbrellas: they support an entry, never make it the answer
@@ -57,25 +51,6 @@ CORROBORATION = 0.15
 WARNING_FACTOR = 0.6
 THRESHOLD = 0.4  # below it a diagnosis is only "closest", not a finding
 MAX_EVIDENCE = 6
-FALLBACK_CHARS = 6000  # text handed to the query engine when no signature fires
-# A log in which a rank printed an error of its own has a failure in it: the question is only which,
-# not whether (the query engine's threshold also guards content-free text, which such a log is not).
-# So the fallback answers below that threshold, with the engine's own (lower) score, when the best
-# entry reaches OWN_ERROR_FLOOR and clearly leads (the runner-up under OWN_ERROR_LEAD of it).
-OWN_ERROR_FLOOR = 0.3
-OWN_ERROR_LEAD = 0.8
-# The query engine's calibrated score reads as "how often an answer this strong is right": the
-# fallback answers where the engine itself would (its fitted threshold), and only once the log
-# shows that it comes from the stack triage knows (DOMAIN).
-# Words that say a log comes from distributed PyTorch (or its launchers and libraries). A paste
-# with none of them (a Java server's bind error, a Flask traceback, npm) gets no diagnosis from
-# words alone, however many words it shares with an entry ("port", "address already in use").
-DOMAIN = re.compile(
-    r"\b(torch\w*|c10d?|nccl\w*|gloo|cuda\w*|cudnn|gpus?|deepspeed|accelerate|horovod|hvd|megatron"
-    r"|nemo|lightning|pytorch_lightning|transformers|fsdp|ddp|torchrun|mpirun|srun|slurm|nvidia\S*"
-    r"|local_rank|world_size|master_addr|master_port|rank\d*|net/(socket|ib|plugin)|apex|xla|tensorflow)\b",
-    re.IGNORECASE,
-)
 
 
 @dataclass(frozen=True)
@@ -390,37 +365,6 @@ def _merge(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
     return list(merged.values())
 
 
-def fallback_text(scan: Scan, events: list[Event]) -> str:
-    """What the query engine reads when no signature fires: the errors the ranks printed (not the
-    launcher's reports, not echoes), each exception with the line of code its traceback quotes
-    above it, or the start of the log when the scan found none."""
-    parts: list[str] = []
-    seen: set[str] = set()
-    for event in events:
-        wanted = event.kind in OWN_ERROR_KINDS or (event.kind == "hit" and not event.echo)
-        if wanted and not event.echo and not is_launcher(event) and event.text not in seen:
-            seen.add(event.text)
-            code = code_above(scan.heads[event.source], event.line) if event.kind == "exception" else None
-            if code and code not in seen:
-                seen.add(code)
-                parts.append(code)
-            parts.append(event.text)
-    if not parts:
-        parts = [head for head in scan.heads if head.strip()]
-    return "\n".join(parts)[:FALLBACK_CHARS]
-
-
-def _own_error(events: list[Event]) -> bool:
-    """Whether a rank printed an error of its own (not an echo, not the launcher's report)."""
-    return any(e.kind in OWN_ERROR_KINDS and not e.echo and not is_launcher(e) for e in events)
-
-
-def _clear_lead(hits: Sequence[Hit]) -> bool:
-    if not hits or hits[0].score < OWN_ERROR_FLOOR:
-        return False
-    return len(hits) < 2 or hits[1].score <= OWN_ERROR_LEAD * hits[0].score
-
-
 def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeBase) -> None:
     """No signature names the failure: ask the query engine about the errors found."""
     from triage.core import matcher
@@ -430,9 +374,8 @@ def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeB
         verdict.closest = _closest(verdict, [])
         return
     match = matcher.rank(kb, text, top=3)
-    in_domain = DOMAIN.search(text) is not None or any(DOMAIN.search(head) for head in scan.heads)
-    weak = match.verdict == "no_match" and _clear_lead(match.hits) and _own_error(events)
-    if not in_domain or match.best is None or (match.verdict == "no_match" and not weak):
+    weak = match.verdict == "no_match" and clear_lead(match.hits) and own_error(events)
+    if not in_domain(text, scan) or match.best is None or (match.verdict == "no_match" and not weak):
         verdict.closest = _closest(verdict, [(hit.entry.id, hit.score) for hit in match.hits])
         return
     evidence = tuple(e for e in events if e.kind in OWN_ERROR_KINDS)[:MAX_EVIDENCE]
