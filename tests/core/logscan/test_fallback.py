@@ -154,3 +154,26 @@ def test_without_an_error_of_its_own_a_weak_match_stays_unanswered(kb: Knowledge
     quiet = "\n".join(line.replace("NCCL WARN", "NCCL INFO") for line in SHM_ATTACH.splitlines())
     verdict = verdict_for(kb, quiet)
     assert not verdict.found
+
+
+def test_the_first_ranks_own_error_outranks_a_timeout_that_only_follows_it(kb: KnowledgeBase) -> None:
+    """Rank 1 raised an error no signature names (real message from a transformers + DeepSpeed
+    thread), then its watchdog timed out (real torch 2.13 line): the timeout is a symptom any
+    failure shows. Rank 1's own words, read by the query engine, name the cause and come first;
+    the timeout stays, below it."""
+    text = (
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/workspace/train.py", line 41, in <module>\n'
+        "[rank1]: ValueError: DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with"
+        " passing a `device_map`.\n"
+        "[rank1]:[E1122 20:37:55.288269587 ProcessGroupNCCL.cpp:689] [Rank 1] Watchdog caught collective"
+        " operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, Timeout(ms)=5000)"
+        " ran for 5012 milliseconds before timing out.\n"
+    )
+    verdict = verdict_for(kb, text)
+    assert verdict.found and verdict.first_rank == 1
+    best, *rest = verdict.diagnoses
+    assert not best.generic and best.explains_first and "own error" in best.reason
+    assert best.entry_id == "E19"  # device_map / low_cpu_mem_usage under several processes
+    assert "MN3" in {d.entry_id for d in rest if d.generic}
+    assert all(d.score < best.score for d in rest)

@@ -51,7 +51,11 @@ _COLLECTOR_TIME = re.compile(
 # is the worker's own line, where the launcher's reports (`...api.py:869] failed (exitcode: 1)`)
 # keep the prefix that says whose they are. (C++ glog lines, `[E810 ... ProcessGroupNCCL.cpp:683]`,
 # keep theirs: their level is the line's own.)
-_PY_LOGGER_ERROR = re.compile(r"[EF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? +\d+ [\w./\\-]{1,300}\.py:\d+\] ?")
+# vLLM's logger writes its own shape of it: `ERROR 04-15 00:31:11 worker_base.py:574] `.
+_PY_LOGGER_ERROR = re.compile(
+    r"(?:[EF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? +\d+|(?:ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)"
+    r" [\w./\\-]{1,300}\.py:\d+\] ?"
+)
 _TRACEBACK_SHAPE = re.compile(
     r"Traceback \(most recent call last\)|\s+\S|File \"|[\w.]{0,200}(?:Error|Exception|Interrupt|Exit)(?::|\s*$)"
 )

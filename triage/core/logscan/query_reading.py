@@ -78,3 +78,9 @@ def clear_lead(hits: Sequence[Hit]) -> bool:
 def in_domain(text: str, scan: Scan) -> bool:
     """Whether the text, or the start of a source, says it comes from the stack triage knows."""
     return DOMAIN.search(text) is not None or any(DOMAIN.search(head) for head in scan.heads)
+
+
+def own_text(scan: Scan, events: list[Event], first: Event) -> str:
+    """The errors the first failing rank printed itself (its exception with the code above it)."""
+    mine = [e for e in events if e.rank == first.rank and e.kind in OWN_ERROR_KINDS]
+    return fallback_text(scan, mine or [first])

@@ -21,10 +21,13 @@ The steps, in the order a person reading eight ranks of output would take them:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from triage.core.logscan.query_reading import clear_lead, fallback_text, in_domain, own_error
+from triage.core.logscan.heads import INTERLEAVED
+from triage.core.logscan.query_reading import clear_lead, fallback_text, in_domain, own_error, own_text
 from triage.core.logscan.rules import (
+    MISSING_TRACEBACK,
     consequences,
     inferred,
     is_context,
@@ -49,6 +52,10 @@ CORROBORATION = 0.15
 # A warning (`[W socket.cpp:...]`) names a cause, but when an error line names the failure, the
 # warning only led up to it: it counts for less than that error's own signature.
 WARNING_FACTOR = 0.6
+# The patterns across ranks that only say something failed, not what: a traceback that seems
+# missing, or mixed with others. (One rank failing while the others echo it, D20, is a finding
+# of its own: the reproductions of a diverged rank print exactly that.)
+GENERIC_PATTERNS = frozenset({MISSING_TRACEBACK, INTERLEAVED})
 THRESHOLD = 0.4  # below it a diagnosis is only "closest", not a finding
 MAX_EVIDENCE = 6
 
@@ -62,6 +69,9 @@ class Diagnosis:
     evidence: tuple[Event, ...]
     reason: str  # one line: why this entry, in the scan's terms
     explains_first: bool = False
+    # a symptom any failure can show (only echoes, only context, a traceback that seems missing):
+    # it says that something failed, not what
+    generic: bool = False
 
 
 @dataclass
@@ -151,11 +161,16 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
         score = item.score
         if item.score == 0.0:  # a pattern that lends weight to the entry its signatures found
             score = next((d.score for d in diagnoses if d.entry_id == item.entry_id), 0.0) + FIRST_BONUS
+        generic = item.entry_id in GENERIC_PATTERNS
         diagnoses.append(
-            Diagnosis(item.entry_id, round(score, 3), item.evidence, item.reason, item.explains_first)
+            Diagnosis(
+                item.entry_id, round(score, 3), item.evidence, item.reason, item.explains_first, generic
+            )
         )
     diagnoses = _merge(diagnoses)
     diagnoses.sort(key=lambda d: (-d.score, d.entry_id))
+    if fallback:
+        diagnoses = _own_reading(diagnoses, events, first, scan, kb)
     found = bool(diagnoses) and diagnoses[0].score >= THRESHOLD
     verdict = Verdict(
         found=found,
@@ -171,6 +186,41 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
     if not found and fallback:
         _fall_back(verdict, scan, events, kb)
     return verdict
+
+
+def _own_reading(
+    diagnoses: list[Diagnosis], events: list[Event], first: Event | None, scan: Scan, kb: KnowledgeBase
+) -> list[Diagnosis]:
+    """When every finding is a generic symptom and the first failing rank printed an error of its
+    own that no signature names, the query engine reads that error: a clear answer goes first (at
+    its own calibrated score) and the symptoms below it, for they only say that something failed."""
+    if first is None or first.echo or first.kind not in OWN_ERROR_KINDS or is_launcher(first):
+        return diagnoses
+    strong = [d for d in diagnoses if d.score >= THRESHOLD]
+    if not strong or not all(d.generic for d in strong):
+        return diagnoses
+    from triage.core import matcher
+
+    text = own_text(scan, events, first)
+    match = matcher.rank(kb, text, top=3)
+    if not in_domain(text, scan) or not clear_lead(match.hits):
+        return diagnoses
+    best = match.hits[0]
+    reading = Diagnosis(
+        best.entry.id,
+        max(best.score, THRESHOLD),
+        (first,),
+        "the first failing rank's own error, in the query engine's reading (no signature names it);"
+        " the other findings are symptoms any failure shows",
+        explains_first=True,
+    )
+    below = reading.score - 0.01
+    rest = [
+        dataclasses.replace(d, score=round(min(d.score, below), 3)) if d.generic else d
+        for d in diagnoses
+        if d.entry_id != reading.entry_id
+    ]
+    return sorted([reading, *rest], key=lambda d: (-d.score, d.entry_id))
 
 
 def _closest(verdict: Verdict, hits: list[tuple[str, float]]) -> list[tuple[str, float, str]]:
@@ -313,7 +363,10 @@ def _score(
                 else ("a signature of this failure" if causes else "only where a rank was (frames), not why")
             )
         )
-        result.append(Diagnosis(entry_id, round(score, 3), _pick_evidence(hits), reason, explains_first))
+        generic = all_echo or not causes
+        result.append(
+            Diagnosis(entry_id, round(score, 3), _pick_evidence(hits), reason, explains_first, generic)
+        )
     return result
 
 
@@ -361,6 +414,7 @@ def _merge(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
             tuple(evidence[:MAX_EVIDENCE]),
             high.reason,
             high.explains_first or low.explains_first,
+            high.generic and low.generic,
         )
     return list(merged.values())
 
