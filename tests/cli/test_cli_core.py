@@ -49,7 +49,9 @@ def test_ask_reads_a_paste_from_stdin(run_cli: Run) -> None:
 def test_ask_nothing_matches_says_so(run_cli: Run) -> None:
     result = run_cli("--kb", str(MINIMAL_KB), "ask", "how do I bake sourdough bread")
     assert result.returncode == 1
-    assert "No entry matches this well" in result.stdout.decode()
+    assert "Nothing in this text points to a failure triage knows" in result.stdout.decode()
+    vague = run_cli("--kb", str(MINIMAL_KB), "ask", "my training job hangs somewhere")
+    assert vague.returncode == 1 and "No entry matches this well" in vague.stdout.decode()
 
 
 def test_plain_output_when_piped_and_styled_never_leaks(run_cli: Run) -> None:

@@ -56,3 +56,10 @@ def test_close_entries_come_with_the_question_that_separates_them(kb: KnowledgeB
     node = kb.graph.nodes[found.question.node]
     assert isinstance(node, QuestionNode) and found.question.prompt == node.prompt
     assert [entry for _, entry in found.question.options] == [e.entry_id for e in found.entries[:2]]
+
+
+def test_words_that_name_nothing_suggest_no_entries(kb: KnowledgeBase) -> None:
+    """The shipped knowledge: "it does not work" shares a common word with many entries, so the box
+    offers none of them (they would be guesses); a vague symptom still names its candidates."""
+    assert suggest(kb, None, "it does not work", at_start=True).entries == ()
+    assert suggest(kb, None, "the job hangs", at_start=True).entries

@@ -61,6 +61,23 @@ def test_search_from_an_entry_page_and_enter_opens_the_best_match(real_site: Pat
     assert tab.problems == []
 
 
+def test_a_text_that_names_nothing_lists_no_guesses(
+    real_site: Path, real_kb: KnowledgeBase, open_tab: OpenTab
+) -> None:
+    """ "it does not work" shares a common word with every entry: the box says nothing matches
+    instead of listing entries that are guesses (as `triage ask` does)."""
+    assert not rank(real_kb, "it does not work").evidence
+    tab = open_tab()
+    tab.goto(real_site / "index.html", "?q=it+does+not+work")
+    tab.page.wait_for_function(
+        "document.querySelector('#search-results [role=status]').textContent.startsWith('Nothing matches')"
+    )
+    assert tab.page.locator("#search-results li").count() == 0
+    tab.goto(real_site / "index.html", "?q=it+hangs")  # vague, but it names a symptom
+    tab.page.wait_for_selector("#search-results:not([hidden]) li")
+    assert tab.problems == []
+
+
 def test_search_query_in_the_url_runs_on_load(real_site: Path, open_tab: OpenTab) -> None:
     tab = open_tab()
     tab.goto(real_site / "index.html", "?q=all+ranks+on+gpu+0")

@@ -89,6 +89,7 @@ def run(args: argparse.Namespace | SimpleNamespace) -> int:
         best = match.best
         payload = {
             "verdict": match.verdict,
+            "evidence": match.evidence,
             "best": entry_json(kb, best.entry) | {"score": best.score}
             if best and match.verdict != "no_match"
             else None,
@@ -132,6 +133,13 @@ def _report(kb: object, match: object, args: argparse.Namespace | SimpleNamespac
     def ranking(hits: tuple[Hit, ...]) -> list[str]:
         return [ranking_line(h.entry, h.score) for h in hits]
 
+    if not match.evidence:
+        lines.append(style.paint("Nothing in this text points to a failure triage knows.", BOLD))
+        lines.append(
+            "Say what you see (it hangs, crashes or runs slow; at which step), paste the exact error"
+            " line, or walk the questions with `triage`."
+        )
+        return lines
     if match.verdict == "no_match" or best is None:
         lines.append(style.paint("No entry matches this well.", BOLD))
         lines.append("Try other words, paste the exact error line, or walk the questions with `triage`.")

@@ -55,6 +55,9 @@ TYPO_DISCOUNT = 0.8
 LEAD_TERMS = 20
 LEAD_DECAY = 0.5
 CLOSE_RATIO = 0.85  # the runner-up within this share of the best raw score: ask what separates them
+# Below this probability the best entry is a guess, not a candidate: a text like "it does not work"
+# shares a common word or two with every entry, so neither a ranking nor a question is worth showing.
+EVIDENCE_FLOOR = 0.12
 MAX_QUERY_CHARS = 1_000_000
 FOREIGN_NOTE = 0.3
 
@@ -127,6 +130,11 @@ class Match(NamedTuple):
     @property
     def best(self) -> Hit | None:
         return self.hits[0] if self.hits else None
+
+    @property
+    def evidence(self) -> bool:
+        """Whether the text points at any entry at all (the best is above EVIDENCE_FLOOR)."""
+        return bool(self.hits) and self.hits[0].score >= EVIDENCE_FLOOR
 
 
 class Posting(NamedTuple):
@@ -407,7 +415,12 @@ def rank(kb: KnowledgeBase, text: str, top: int = 5) -> Match:
     else:
         verdict = "match"
     question = None
-    if len(scored) > 1 and best_raw > 0 and second_raw >= CLOSE_RATIO * best_raw:
+    if (
+        len(scored) > 1
+        and best_raw > 0
+        and second_raw >= CLOSE_RATIO * best_raw
+        and probability >= EVIDENCE_FLOOR
+    ):
         from triage.core.separate import separating_question
 
         question = separating_question(kb, scored[0][2], scored[1][2])

@@ -73,6 +73,7 @@ def suggest(kb: KnowledgeBase, node: QuestionNode | None, text: str, *, at_start
     entries = [
         Suggestion("entry", hit.entry.title, hit.score, entry_id=hit.entry.id, reasons=hit.reasons)
         for hit in match.hits
+        if match.evidence  # a text that names nothing gets no guesses (see matcher.EVIDENCE_FLOOR)
     ]
     strong = match.verdict in ("match", "out_of_scope") and bool(entries)
     # At the start the box is a search box: a strong entry match comes first, so Enter opens it.

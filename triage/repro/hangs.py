@@ -194,6 +194,14 @@ HANGS: tuple[HangScenario, ...] = (
         launcher="script",
     ),
     HangScenario(
+        "D19-p2p",
+        "a two-stage pipeline whose ranks both receive before they send: every rank waits in recv()",
+        "hang_p2p_cycle.py",
+        "D19",
+        (0, 1),
+        collective="recv",
+    ),
+    HangScenario(
         "D21-thread",
         "rank 0's saver thread waits in a barrier only rank 0 reaches; its main thread idles in join()",
         "hang_thread.py",

@@ -67,6 +67,7 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
             "maxWindows": safe_regex.MAX_WINDOWS,
             "windowGap": text.WINDOW_GAP,
             "confidence": index.confidence._asdict(),
+            "evidenceFloor": matcher.EVIDENCE_FLOOR,
             "domain": domain_pattern(words) if isinstance(words := data.get("domain_words"), list) else None,
         },
         "stopwords": sorted(text.STOPWORDS),

@@ -200,3 +200,24 @@ def test_an_idle_rank_at_a_wait_or_a_gpu_sync_point_waits_for_a_collective() -> 
     assert cuda.collective == "torch.cuda.synchronize"
     # A rank that runs there is computing, not waiting.
     assert classify(_at(0, 10, active=True)).kind == "computing"
+
+
+def test_every_rank_of_the_world_in_recv_is_a_cycle_of_waits() -> None:
+    """No rank is missing and each waits to receive: the sends and receives are out of order, and
+    every rank is a suspect (not "a rank out of sight holds them up")."""
+    picture = analyse([_sample(0, *_collective("recv", 13)), _sample(1, *_collective("recv", 13))])
+    assert [d.entry for d in picture.diagnoses][:1] == ["D19"]
+    assert picture.suspect_ranks == (0, 1)
+    assert "none is missing" in picture.verdict and "not among them" not in picture.verdict
+
+
+def test_the_whole_world_in_one_collective_is_not_blamed_on_an_absent_rank() -> None:
+    picture = analyse(
+        [_sample(0, *_collective("all_reduce", 13)), _sample(1, *_collective("all_reduce", 13))]
+    )
+    assert [d.entry for d in picture.diagnoses] == ["D19", "E1", "MN2"]
+    assert "none is missing" in picture.verdict
+    # a rank of the world out of sight (another node): the one holding the others up may be there
+    far = [replace(_sample(r, *_collective("all_reduce", 13), world=4), local_world_size=2) for r in (0, 1)]
+    elsewhere = analyse(far)
+    assert elsewhere.diagnoses[0].entry == "MN3" and "not among them" in elsewhere.verdict

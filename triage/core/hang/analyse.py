@@ -178,6 +178,10 @@ def _mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ..
 
 # States of a rank held at an interactive prompt: under a launcher nobody answers it.
 PROMPTS = frozenset({"debugger", "stdin"})
+# Blocking point-to-point calls: every rank of the world in one of them is a cycle of waits.
+POINT_TO_POINT = frozenset(
+    {"recv", "send", "irecv", "isend", "batch_isend_irecv", "recv_object_list", "send_object_list"}
+)
 _PROMPTED = "waits at an interactive prompt (a debugger or input() left in)"
 
 
@@ -356,6 +360,7 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
             + _all_stuck(groups)
         )
         return HangPicture(tuple(states), groups, (), (), verdict, world, missing, tuple(notes))
+    suspects: tuple[int, ...]
     if others:
         diagnoses, suspects, verdict = _straggler(waiting, others)
     elif len(waiting) > 1:
@@ -366,6 +371,8 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
             "every rank seen" if only.rank is not None else f"{only.launcher or 'a process'} (PID {only.pid})"
         )
         lines = (f"{who} {only.describe()}",)
+        suspects = ()
+        whole_world = bool(world) and slots >= (world or 0) and seen >= set(range(world or 0))
         if only.collective == "rendezvous":
             verdict = (
                 f"{only.launcher or 'the launcher'} waits in its rendezvous and has started no worker: "
@@ -382,7 +389,7 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
                 "the world size counts was never started (or cannot reach the master)"
             )
             diagnoses = [Diagnosis("D1", lines), Diagnosis("P1", lines), Diagnosis("D2", lines)]
-        elif only.via == JOINING and world and slots >= world and seen >= set(range(world)):
+        elif only.via == JOINING and whole_world:
             verdict = (
                 f"all {world} ranks the launcher started wait while the process group forms: the group "
                 "waits for ranks nobody started (a world_size or rank passed to init_process_group "
@@ -392,12 +399,25 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
         elif only.kind == "init":
             verdict = "every rank waits while the process group forms: a partner never arrived"
             diagnoses = [Diagnosis("P1", lines), Diagnosis("D2", lines), Diagnosis("MN2", lines)]
+        elif whole_world and only.collective in POINT_TO_POINT:
+            verdict = (
+                f"all {world} ranks wait in {only.collective}() and none is missing: each waits for a "
+                "message that no rank is sending (the ranks' sends and receives are out of order)"
+            )
+            diagnoses = [Diagnosis("D19", lines), Diagnosis("P7", lines)]
+            suspects = _ints(waiting[0].ranks)
+        elif whole_world:
+            verdict = (
+                f"all {world} ranks wait in the same {only.collective}() and none is missing: the "
+                "collective itself does not complete (ranks that disagree on its size or sequence, "
+                "or a transport that never delivers: GPU peer-to-peer, the network interface)"
+            )
+            diagnoses = [Diagnosis("D19", lines), Diagnosis("E1", lines), Diagnosis("MN2", lines)]
         else:
             verdict = (
                 f"every rank seen waits in {only.collective}(): the rank holding it up is not among them"
             )
             diagnoses = [Diagnosis("MN3", lines), Diagnosis("D19", lines)]
-        suspects = ()
     return HangPicture(
         tuple(states), groups, suspects, tuple(diagnoses), verdict, world, missing, tuple(notes)
     )
