@@ -145,21 +145,28 @@ def without_signatures(kb: KnowledgeBase, *entry_ids: str) -> KnowledgeBase:
     return kb._replace(entries=entries)
 
 
-def test_a_ranks_own_error_gets_a_weak_answer_below_the_query_threshold(kb: KnowledgeBase) -> None:
-    """A rank's own NCCL WARN line (real output) that no signature knows (P1's and MN2's are taken
-    out, as for an error class nobody wrote one for): the log has a failure, so the query engine's clear
-    leader is given, with its own lower score and said to be weak, where a user's vague
-    description at that score would get no answer."""
-    from triage.core import matcher
-    from triage.core.logscan.query_reading import OWN_ERROR_FLOOR
+def test_a_weak_answer_needs_a_clear_leader_over_the_floor(kb: KnowledgeBase) -> None:
+    """The weak answer is the query engine's leader only when it reaches the floor and the
+    runner-up is well behind: two entries close together are a question, not an answer."""
+    from triage.core.logscan.query_reading import OWN_ERROR_FLOOR, OWN_ERROR_LEAD, clear_lead
+    from triage.core.matcher import Hit
 
-    unknown = without_signatures(kb, "P1", "MN2")
-    verdict = verdict_for(unknown, NO_ROUTE)
-    assert verdict.found and verdict.by_query_engine, verdict.closest
-    best = verdict.diagnoses[0]
-    assert best.entry_id == "P1"
-    assert OWN_ERROR_FLOOR <= best.score < matcher.index_for(unknown).confidence.threshold
-    assert "weakly" in best.reason
+    p1, mn2 = kb.entries["P1"], kb.entries["MN2"]
+    assert clear_lead([Hit(p1, OWN_ERROR_FLOOR + 0.05), Hit(mn2, 0.01)])
+    assert not clear_lead([Hit(p1, OWN_ERROR_FLOOR - 0.05), Hit(mn2, 0.01)])
+    close = (OWN_ERROR_FLOOR + 0.1) * (OWN_ERROR_LEAD + 0.1)
+    assert not clear_lead([Hit(p1, OWN_ERROR_FLOOR + 0.1), Hit(mn2, close)])
+
+
+def test_a_ranks_own_error_is_one_it_printed_in_the_stacks_words(kb: KnowledgeBase) -> None:
+    """What makes a log's failure one the knowledge is about: the rank's own error line, NCCL's
+    `host:pid:tid [0] ... NCCL WARN` prefix included (real output); INFO lines are no error."""
+    from triage.core.logscan.query_reading import own_error
+
+    for text, expected in ((NO_ROUTE, True), (NO_ROUTE.replace("NCCL WARN", "NCCL INFO"), False)):
+        scanner = Scanner(compile_signatures(without_signatures(kb, "P1", "MN2")))
+        scanner.feed_block(scanner.source("paste"), text.encode(), 1)
+        assert own_error(scanner.scan, scanner.scan.events) is expected
 
 
 def test_without_an_error_of_its_own_a_weak_match_stays_unanswered(kb: KnowledgeBase) -> None:
@@ -190,3 +197,21 @@ def test_the_first_ranks_own_error_outranks_a_timeout_that_only_follows_it(kb: K
     assert best.entry_id == "E19"  # device_map / low_cpu_mem_usage under several processes
     assert "MN3" in {d.entry_id for d in rest if d.generic}
     assert all(d.score < best.score for d in rest)
+
+
+def test_an_error_from_outside_the_stack_gets_no_weak_answer_though_torchrun_reported_it(
+    kb: KnowledgeBase,
+) -> None:
+    """Real output: the user's dataset path is missing, and torchrun reports the worker's exit. The
+    log has a failure, but not one the knowledge is about: the words the query engine finds
+    (`dataloader`, `train`) must not make a diagnosis of it."""
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 417, in _get_dataset\n'
+        "    subfolders = [f.path for f in os.scandir(p) if f.is_dir()]\n"
+        "FileNotFoundError: [Errno 2] No such file or directory: '/data/gx/OCR-CC/data_lmdb/training/label/Synth/'\n"
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 3692921)"
+        " of binary: /home/gx/anaconda3/envs/CCD/bin/python\n"
+    )
+    verdict = verdict_for(kb, text)
+    assert not verdict.found or not any("weakly" in d.reason for d in verdict.diagnoses)

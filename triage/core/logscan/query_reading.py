@@ -38,7 +38,7 @@ OWN_ERROR_LEAD = 0.8
 DOMAIN = re.compile(
     r"\b(torch\w*|c10d?|nccl\w*|gloo|cuda\w*|cudnn|gpus?|deepspeed|accelerate|horovod|hvd|megatron"
     r"|nemo|lightning|pytorch_lightning|transformers|fsdp|ddp|torchrun|mpirun|srun|slurm|nvidia\S*"
-    r"|local_rank|world_size|master_addr|master_port|rank\d*|net/(socket|ib|plugin)|apex|xla|tensorflow)\b",
+    r"|multiprocessing|local_rank|world_size|master_addr|master_port|rank\d*|net/(socket|ib|plugin)|apex|xla|tensorflow)\b",
     re.IGNORECASE,
 )
 
@@ -63,9 +63,24 @@ def fallback_text(scan: Scan, events: list[Event]) -> str:
     return "\n".join(parts)[:FALLBACK_CHARS]
 
 
-def own_error(events: list[Event]) -> bool:
-    """Whether a rank printed an error of its own (not an echo, not the launcher's report)."""
-    return any(e.kind in OWN_ERROR_KINDS and not e.echo and not is_launcher(e) for e in events)
+def own_error(scan: Scan, events: list[Event]) -> bool:
+    """Whether a rank printed an error of its own (not an echo, not the launcher's report) that
+    itself says it comes from the stack triage knows: a `FileNotFoundError` in the user's data
+    loading is a failure, but not one the knowledge is about, though torchrun reported it."""
+    for event in events:
+        if event.kind not in OWN_ERROR_KINDS or event.echo or is_launcher(event):
+            continue
+        if DOMAIN.search(event.text) or DOMAIN.search(_raw_line(scan, event)):
+            return True
+    return False
+
+
+def _raw_line(scan: Scan, event: Event) -> str:
+    """The event's whole line as printed (its NCCL `host:pid:tid [0]` prefix too), when the kept
+    start of its source holds it."""
+    head = scan.heads[event.source] if event.source < len(scan.heads) else ""
+    lines = head.splitlines()
+    return lines[event.line - 1] if 0 < event.line <= len(lines) else ""
 
 
 def clear_lead(hits: Sequence[Hit]) -> bool:

@@ -428,7 +428,7 @@ def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeB
         verdict.closest = _closest(verdict, [])
         return
     match = matcher.rank(kb, text, top=3)
-    weak = match.verdict == "no_match" and clear_lead(match.hits) and own_error(events)
+    weak = match.verdict == "no_match" and clear_lead(match.hits) and own_error(scan, events)
     if not in_domain(text, scan) or match.best is None or (match.verdict == "no_match" and not weak):
         verdict.closest = _closest(verdict, [(hit.entry.id, hit.score) for hit in match.hits])
         return
