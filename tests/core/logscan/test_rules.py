@@ -12,9 +12,10 @@ from pathlib import Path
 
 from triage.core import matcher
 from triage.core.logscan.blocks import canonical_collective, mismatch
+from triage.core.logscan.ordering import order_events
 from triage.core.logscan.patterns import compile_signatures
 from triage.core.logscan.scanner import Scanner
-from triage.core.logscan.verdict import Verdict, decide, fallback_text, order_events
+from triage.core.logscan.verdict import ECHO_FACTOR, Verdict, decide, fallback_text
 from triage.core.model import KnowledgeBase
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -349,3 +350,22 @@ def test_a_worker_traceback_relayed_by_torchs_logger_is_the_workers_own(kb: Know
     assert verdict.first_rank == 0
     assert {d.entry_id for d in verdict.diagnoses if d.score >= 0.4} & {"E14"}
     assert all(d.entry_id != "P4" for d in verdict.diagnoses)
+
+
+def test_a_log_of_symptoms_only_says_so_at_lower_scores(kb: KnowledgeBase) -> None:
+    """Rank 1's watchdog timeout (real torch 2.13 lines) and nothing else: a failure is there, but
+    a timeout follows any failure. The verdict says it has only symptoms, and scores its candidates
+    lower than the same timeout's entry gets beside a cause (which is no 'symptoms only' log)."""
+    timeout = (
+        "[rank1]:[E1122 20:37:55.288269587 ProcessGroupNCCL.cpp:689] [Rank 1] Watchdog caught collective"
+        " operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, Timeout(ms)=5000)"
+        " ran for 5012 milliseconds before timing out.\n"
+    )
+    _, alone = scan(kb, ("timeout.log", timeout))
+    assert alone.found and alone.only_symptoms
+    assert alone.diagnoses[0].entry_id == "MN3" and alone.diagnoses[0].generic
+    cause = "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB\n"
+    _, with_cause = scan(kb, ("both.log", cause + timeout))
+    assert not with_cause.only_symptoms
+    unscaled = max(d.score for d in with_cause.diagnoses if d.entry_id == "MN3") / ECHO_FACTOR
+    assert alone.diagnoses[0].score < unscaled

@@ -25,6 +25,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from triage.core.logscan.heads import INTERLEAVED
+from triage.core.logscan.ordering import order_events
 from triage.core.logscan.query_reading import clear_lead, fallback_text, in_domain, own_error, own_text
 from triage.core.logscan.rules import (
     MISSING_TRACEBACK,
@@ -56,6 +57,7 @@ WARNING_FACTOR = 0.6
 # missing, or mixed with others. (One rank failing while the others echo it, D20, is a finding
 # of its own: the reproductions of a diverged rank print exactly that.)
 GENERIC_PATTERNS = frozenset({MISSING_TRACEBACK, INTERLEAVED})
+SYMPTOM_FACTOR = 0.6  # the scores of a verdict that has only symptoms to go by
 THRESHOLD = 0.4  # below it a diagnosis is only "closest", not a finding
 MAX_EVIDENCE = 6
 
@@ -91,40 +93,9 @@ class Verdict:
     closest: list[tuple[str, float, str]] = field(default_factory=list)
     # why the first failing rank is not the first failure's own (its error only echoes another's)
     first_rank_reason: str = ""
-
-
-def order_events(scan: Scan) -> tuple[list[Event], str]:
-    """Events in time order. Lines without a timestamp take the next stamped line's in their
-    source (a traceback is printed just before the launcher's stamped report of it)."""
-    by_source: dict[int, list[Event]] = {}
-    for event in scan.events:
-        by_source.setdefault(event.source, []).append(event)
-    timed = all(any(e.time is not None for e in events) for events in by_source.values())
-    if not timed or not scan.events:
-        # The launcher's console (one source) reports what the per-rank files (the others)
-        # show happening: with no clock to go by, its reports come after the workers' lines.
-        several = len(by_source) > 1
-        return sorted(scan.events, key=lambda e: (several and is_launcher(e), e.source, e.line)), "position"
-    keyed: list[tuple[float, int, int, Event]] = []
-    for source, events in by_source.items():
-        events.sort(key=lambda e: e.line)
-        upcoming: float | None = None
-        filled: list[float] = []
-        for event in reversed(events):
-            if event.time is not None:
-                upcoming = event.time
-            filled.append(upcoming if upcoming is not None else float("inf"))
-        filled.reverse()
-        last: float | None = None  # lines after the last stamp keep the last stamp seen
-        for index, event in enumerate(events):
-            if event.time is not None:
-                last = event.time
-            when = filled[index]
-            if when == float("inf") and last is not None:
-                when = last
-            keyed.append((when, source, event.line, event))
-    keyed.sort(key=lambda k: (k[0], k[1], k[2]))
-    return [k[3] for k in keyed], "time"
+    # every finding is a symptom any failure shows (a timeout, a kill, a peer gone): the cause is in
+    # output the log does not hold, and the diagnoses are candidates, at lower scores
+    only_symptoms: bool = False
 
 
 def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
@@ -172,6 +143,11 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
     if fallback:
         diagnoses = _own_reading(diagnoses, events, first, scan, kb)
     found = bool(diagnoses) and diagnoses[0].score >= THRESHOLD
+    only_symptoms = found and all(d.generic for d in diagnoses if d.score >= THRESHOLD)
+    if only_symptoms:
+        # Found, for a failure is there; but what the log shows says little about which: every
+        # score says so (one factor for all, so the order of the candidates stands).
+        diagnoses = [dataclasses.replace(d, score=round(d.score * SYMPTOM_FACTOR, 3)) for d in diagnoses]
     verdict = Verdict(
         found=found,
         diagnoses=diagnoses,
@@ -182,6 +158,7 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
         ordered_by=ordered_by,
         root_cause_rank=scan.root_cause_rank,
         first_rank_reason=reason,
+        only_symptoms=only_symptoms,
     )
     if not found and fallback:
         _fall_back(verdict, scan, events, kb)
