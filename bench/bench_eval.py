@@ -155,7 +155,8 @@ def part_of(item: Item) -> str:
     """The corpus part an item comes from: its file's name (`eval/queries/i.yaml` is part i; an
     abstain file named `other_domains_i.yaml` belongs to part i too)."""
     stem = Path(item.origin.split("#", 1)[0].split(":", 1)[0]).stem
-    return stem.rsplit("_", 1)[-1] if "_" in stem else stem
+    head, _, tail = stem.rpartition("_")
+    return tail if head and len(tail) == 1 else stem
 
 
 def evaluate(

@@ -102,17 +102,18 @@ def test_the_engines_separating_question_is_shown_in_its_words(run_cli: Run, kb:
 
 
 def test_a_text_that_names_nothing_gets_no_guesses_and_no_question(run_cli: Run) -> None:
-    """ "it does not work" shares a common word with every entry: ask says the text names nothing it
+    """ "hi there, can you help me?" holds no word of any entry: ask says the text names nothing it
     knows, lists no entries and asks no question; a vague text that names a symptom still gets
     its candidates and the question that separates them."""
     import json
 
-    result = run_cli("ask", "it does not work")
+    text = "hi there, can you help me with something?"
+    result = run_cli("ask", text)
     out = result.stdout.decode()
     assert result.returncode == 1
     assert out.startswith("Nothing in this text points to a failure triage knows.")
     assert "Closest entries" not in out and "Close call" not in out
-    payload = json.loads(run_cli("ask", "--json", "it does not work").stdout)
+    payload = json.loads(run_cli("ask", "--json", text).stdout)
     assert payload["evidence"] is False and payload["question"] is None and payload["best"] is None
     vague = run_cli("ask", "DDP stuck After epoch 0, epoch 1 was stuck.").stdout.decode()
     assert "Closest entries, for what they are worth:" in vague

@@ -85,7 +85,9 @@ def test_a_signature_in_a_report_about_something_else_is_not_a_confident_answer(
 def test_an_entry_ranked_below_the_best_leads_by_no_more_than_its_deficit(kb: KnowledgeBase) -> None:
     """A signature puts an entry first although another has more words for it: the runner-up's lead
     is its deficit to the best (negative), not its lead in words, which it won the ranking without."""
-    match = rank(kb, "Segmentation fault when using the dev container to train a model in docker", top=5)
+    match = rank(
+        kb, "Segmentation fault when the dataloader workers run out of shared memory in docker", top=5
+    )
     best = match.best
     assert best is not None and best.signature > 0
     assert best.lead < 0 < max(h.words for h in match.hits[1:]) - best.words  # the words prefer another
@@ -211,3 +213,25 @@ def test_a_reports_title_weighs_more_than_its_body(kb: KnowledgeBase) -> None:
     assert body["hour"] > title["hour"]  # ... and the other way round
     pasted, _ = query_terms(index, "NCCL watchdog timeout " + "x " * 200 + "\nthe job ran on two nodes")
     assert pasted["timeout"] == alone["timeout"]  # a first line that long is output, not a title
+
+
+def test_a_typo_in_a_report_is_read_as_the_word_it_means(kb: KnowledgeBase) -> None:
+    """Reports are users' words, typos and all: "distirbuted" in one report must not become a term
+    of its own that a query with the same typo meets there instead of being corrected; a name
+    written as code or in capitals (ReduceOp, os.getenv) is kept as written."""
+    from triage.core.match_index import build_index_data
+    from triage.kb.matching import english_zipf
+
+    zipf = english_zipf()
+    if zipf is None:
+        pytest.skip("wordfreq is not installed: no telling a typo from a rare word")
+    report = "distirbuted training freezes, the ReduceOp of os.getenv is wrong"
+    data = build_index_data(kb, zipf, reports={"D9": [report]})
+    strengths = data["strengths"]
+    assert isinstance(strengths, dict)
+    d9 = strengths["D9"]
+    assert "distirbut" not in d9 and "distribut" in d9
+    assert "reduceop" in d9 or "reduce" in d9  # the name is kept as the normalizer reads it
+    assert "getenv" in d9
+    unfixed = build_index_data(kb, None, reports={"D9": [report]})["strengths"]
+    assert isinstance(unfixed, dict) and "distirbut" in unfixed["D9"]  # no word list: nothing is changed

@@ -112,6 +112,7 @@ def build_index_data(
     all_texts: list[str] = []
     lengths: dict[str, float] = {}
     domain: Counter[str] = Counter()  # every term of the knowledge's own text: generic ML prose
+    spell = _speller(kb, normalizer, zipf) if reports else None
     for entry in kb.entries.values():
         counts: dict[str, float] = {}
         seen: set[str] = set()
@@ -130,6 +131,8 @@ def build_index_data(
         for report in (reports or {}).get(entry.id, ()):
             all_texts.append(report)
             tokens = normalizer.tokens(report)[:REPORT_TERMS]
+            if spell is not None:
+                tokens = spell(report, tokens)
             for term in pairs(tokens):
                 counts[term] = counts.get(term, 0.0) + REPORT_WEIGHT
                 if REPORTS_IN_DF:
@@ -171,6 +174,56 @@ def build_index_data(
         "variants": normalizer.variant_table(),
         "domain_words": sorted(set(domain_words)) if domain_words else None,  # triage.core.domain
     }
+
+
+def _speller(
+    kb: KnowledgeBase, normalizer: Normalizer, zipf: Zipf | None
+) -> Callable[[str, list[str]], list[str]] | None:
+    """Reports are users' own words, typos included: a misspelling in one report ("distirbuted")
+    would become a term of its own, tied to that report's entry, and a query with the same typo
+    would meet it there instead of being corrected to the word it means. So a report's word that
+    no entry uses and that is no English word is read as the entry term one edit away (two for
+    long words), as `ask` corrects a query's unknown words. Without a background word list there
+    is no telling a typo from a rare word, and nothing is changed."""
+    if zipf is None:
+        return None
+    from triage.core.matcher import _edit_distance
+
+    shapes: dict[tuple[str, int], list[str]] = {}
+    for entry in kb.entries.values():
+        for _, text in field_texts(entry):
+            for term in normalizer.tokens(text):
+                if len(term) >= 4 and term.isalpha() and term.isascii():
+                    shapes.setdefault((term[0], len(term)), []).append(term)
+    own = {t for found in shapes.values() for t in found}
+    fixed: dict[str, str] = {}
+
+    def correct(term: str, surfaces: set[str], report: str) -> str:
+        if term in own or len(term) < 5 or not term.isalpha() or not term.isascii():
+            return term
+        if not surfaces or any(zipf(word) > 0 for word in surfaces):
+            return term  # a real word (or one we cannot look up): the user meant it
+        if not all(re.search(rf"(?<![\w./]){re.escape(w)}(?![\w(./])", report) for w in surfaces):
+            return term  # written in capitals or as code (ReduceOp, os.getenv): a name, not a typo
+        if term not in fixed:
+            limit = 1 if len(term) < 8 else 2
+            best: tuple[int, str] | None = None
+            for size in range(len(term) - limit, len(term) + limit + 1):
+                for known in set(shapes.get((term[0], size), ())):
+                    distance = _edit_distance(term, known, limit)
+                    if distance <= limit and (best is None or (distance, known) < best):
+                        best = (distance, known)
+            fixed[term] = best[1] if best else term
+        return fixed[term]
+
+    def spell(report: str, tokens: list[str]) -> list[str]:
+        surfaces: dict[str, set[str]] = {}
+        for words in identifiers(report):
+            for word in words:
+                surfaces.setdefault(stem(word), set()).add(word)
+        return [correct(t, surfaces.get(t, set()), report) for t in tokens]
+
+    return spell
 
 
 def domain_pattern(words: Iterable[str]) -> str:

@@ -211,7 +211,7 @@ def test_no_signature_falls_back_to_the_query_engine(kb: KnowledgeBase) -> None:
     text = (
         "Traceback (most recent call last):\n"
         '  File "train.py", line 40, in <module>\n'
-        "RuntimeError: the training loop hangs at the end of the epoch because one rank ran out of batches\n"
+        "RuntimeError: DDP hangs at the end of the epoch: one rank ran out of batches, uneven inputs\n"
     )
     scanner, verdict = scan(kb, ("fb.log", text))
     assert not any(e.kind == "hit" and not e.echo and e.weight >= 0.5 for e in scanner.scan.events)

@@ -319,7 +319,7 @@
     if (!query.trim()) { box.hidden = true; status.textContent = ""; return; }
     var ranked = rank(query), best = ranked.length ? ranked[0] : null;
     // below the floor the best entry is a guess ("it does not work" shares a word with every entry)
-    var guess = !best || best.probability < model.m.evidenceFloor;
+    var guess = !best || best.raw <= 0 || best.probability < model.m.evidenceFloor;
     var results = guess ? [] : ranked.filter(function (r) { return r.raw > 0 && r.raw >= RELATIVE * best.raw; }).slice(0, LIMIT);
     var sure = best && best.probability >= model.m.confidence.threshold;
     var qs = new Set(model.tokens(query));
