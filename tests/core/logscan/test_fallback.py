@@ -145,28 +145,18 @@ def without_signatures(kb: KnowledgeBase, *entry_ids: str) -> KnowledgeBase:
     return kb._replace(entries=entries)
 
 
-def test_a_weak_answer_needs_a_clear_leader_over_the_floor(kb: KnowledgeBase) -> None:
-    """The weak answer is the query engine's leader only when it reaches the floor and the
-    runner-up is well behind: two entries close together are a question, not an answer."""
-    from triage.core.logscan.query_reading import OWN_ERROR_FLOOR, OWN_ERROR_LEAD, clear_lead
+def test_the_first_ranks_reading_needs_a_clear_leader_over_the_log_threshold(kb: KnowledgeBase) -> None:
+    """The query engine's reading of a rank's own error outranks the symptoms only when its leader
+    reaches the log threshold and the runner-up is well behind: two entries close together are
+    a question, not an answer."""
+    from triage.core.logscan.query_reading import LOG_THRESHOLD, OWN_ERROR_LEAD, clear_lead
     from triage.core.matcher import Hit
 
     p1, mn2 = kb.entries["P1"], kb.entries["MN2"]
-    assert clear_lead([Hit(p1, OWN_ERROR_FLOOR + 0.05), Hit(mn2, 0.01)])
-    assert not clear_lead([Hit(p1, OWN_ERROR_FLOOR - 0.05), Hit(mn2, 0.01)])
-    close = (OWN_ERROR_FLOOR + 0.1) * (OWN_ERROR_LEAD + 0.1)
-    assert not clear_lead([Hit(p1, OWN_ERROR_FLOOR + 0.1), Hit(mn2, close)])
-
-
-def test_a_ranks_own_error_is_one_it_printed_in_the_stacks_words(kb: KnowledgeBase) -> None:
-    """What makes a log's failure one the knowledge is about: the rank's own error line, NCCL's
-    `host:pid:tid [0] ... NCCL WARN` prefix included (real output); INFO lines are no error."""
-    from triage.core.logscan.query_reading import own_error
-
-    for text, expected in ((NO_ROUTE, True), (NO_ROUTE.replace("NCCL WARN", "NCCL INFO"), False)):
-        scanner = Scanner(compile_signatures(without_signatures(kb, "P1", "MN2")))
-        scanner.feed_block(scanner.source("paste"), text.encode(), 1)
-        assert own_error(scanner.scan, scanner.scan.events) is expected
+    assert clear_lead([Hit(p1, LOG_THRESHOLD + 0.05), Hit(mn2, 0.01)], LOG_THRESHOLD)
+    assert not clear_lead([Hit(p1, LOG_THRESHOLD - 0.05), Hit(mn2, 0.01)], LOG_THRESHOLD)
+    close = (LOG_THRESHOLD + 0.1) * (OWN_ERROR_LEAD + 0.1)
+    assert not clear_lead([Hit(p1, LOG_THRESHOLD + 0.1), Hit(mn2, close)], LOG_THRESHOLD)
 
 
 def test_without_an_error_of_its_own_a_weak_match_stays_unanswered(kb: KnowledgeBase) -> None:

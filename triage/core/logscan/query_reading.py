@@ -23,11 +23,17 @@ if TYPE_CHECKING:
     from triage.core.matcher import Hit
 
 FALLBACK_CHARS = 6000  # text handed to the query engine when no signature fires
-# A log in which a rank printed an error of its own has a failure in it: the question is only which,
-# not whether (the query engine's threshold also guards content-free text, which such a log is not).
-# So the fallback answers below that threshold, with the engine's own (lower) score, when the best
-# entry reaches OWN_ERROR_FLOOR and clearly leads (the runner-up under OWN_ERROR_LEAD of it).
-OWN_ERROR_FLOOR = 0.3
+# The query engine's threshold is fitted on users' descriptions, where content-free text must get
+# no answer. What the log fallback hands it is a log's own errors, which are never content-free:
+# on the train logs that no signature names (bench/fit_log_fallback.py, each part also scored
+# without the signatures written from it), every answer at 0.64 or above was right but one, and
+# nearly every one under 0.6 wrong. So the fallback answers from LOG_THRESHOLD on, whatever the
+# engine's own threshold.
+LOG_THRESHOLD = 0.6
+# (A weak answer below it for a rank's own error, from 0.3 with a clear lead, was tried: on the
+# train logs, their parts scored without their own signatures, and the new parts it was right
+# about none.) The first failing rank's own reading (verdict._own_reading) needs LOG_THRESHOLD
+# and a clear lead: the runner-up under OWN_ERROR_LEAD of the best.
 OWN_ERROR_LEAD = 0.8
 # The query engine's calibrated score reads as "how often an answer this strong is right": the
 # fallback answers where the engine itself would (its fitted threshold), and only once the log
@@ -63,29 +69,9 @@ def fallback_text(scan: Scan, events: list[Event]) -> str:
     return "\n".join(parts)[:FALLBACK_CHARS]
 
 
-def own_error(scan: Scan, events: list[Event]) -> bool:
-    """Whether a rank printed an error of its own (not an echo, not the launcher's report) that
-    itself says it comes from the stack triage knows: a `FileNotFoundError` in the user's data
-    loading is a failure, but not one the knowledge is about, though torchrun reported it."""
-    for event in events:
-        if event.kind not in OWN_ERROR_KINDS or event.echo or is_launcher(event):
-            continue
-        if DOMAIN.search(event.text) or DOMAIN.search(_raw_line(scan, event)):
-            return True
-    return False
-
-
-def _raw_line(scan: Scan, event: Event) -> str:
-    """The event's whole line as printed (its NCCL `host:pid:tid [0]` prefix too), when the kept
-    start of its source holds it."""
-    head = scan.heads[event.source] if event.source < len(scan.heads) else ""
-    lines = head.splitlines()
-    return lines[event.line - 1] if 0 < event.line <= len(lines) else ""
-
-
-def clear_lead(hits: Sequence[Hit]) -> bool:
+def clear_lead(hits: Sequence[Hit], floor: float) -> bool:
     """The best entry reaches the floor and the runner-up is well behind it."""
-    if not hits or hits[0].score < OWN_ERROR_FLOOR:
+    if not hits or hits[0].score < floor:
         return False
     return len(hits) < 2 or hits[1].score <= OWN_ERROR_LEAD * hits[0].score
 

@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 
 from triage.core.logscan.heads import INTERLEAVED
 from triage.core.logscan.ordering import order_events
-from triage.core.logscan.query_reading import clear_lead, fallback_text, in_domain, own_error, own_text
+from triage.core.logscan.query_reading import (
+    LOG_THRESHOLD,
+    clear_lead,
+    fallback_text,
+    in_domain,
+    own_text,
+)
 from triage.core.logscan.rules import (
     MISSING_TRACEBACK,
     consequences,
@@ -180,7 +186,7 @@ def _own_reading(
 
     text = own_text(scan, events, first)
     match = matcher.rank(kb, text, top=3)
-    if not in_domain(text, scan) or not clear_lead(match.hits):
+    if not in_domain(text, scan) or not clear_lead(match.hits, LOG_THRESHOLD):
         return diagnoses
     best = match.hits[0]
     reading = Diagnosis(
@@ -405,14 +411,16 @@ def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeB
         verdict.closest = _closest(verdict, [])
         return
     match = matcher.rank(kb, text, top=3)
-    weak = match.verdict == "no_match" and clear_lead(match.hits) and own_error(scan, events)
+    # the log's own threshold (query_reading.LOG_THRESHOLD) where the engine's, fitted on
+    # descriptions, would not answer
+    weak = match.verdict == "no_match" and match.best is not None and match.best.score >= LOG_THRESHOLD
     if not in_domain(text, scan) or match.best is None or (match.verdict == "no_match" and not weak):
         verdict.closest = _closest(verdict, [(hit.entry.id, hit.score) for hit in match.hits])
         return
     evidence = tuple(e for e in events if e.kind in OWN_ERROR_KINDS)[:MAX_EVIDENCE]
     reason = "no signature names this failure; the query engine finds its words in this entry"
     if weak:
-        reason += " (weakly: read it before acting)"
+        reason += " (below the score a description would need: read it before acting)"
     found = [
         Diagnosis(hit.entry.id, hit.score, evidence, reason, explains_first=index == 0)
         for index, hit in enumerate(match.hits)
