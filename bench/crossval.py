@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from corpus import Item, thread_of
 
+from triage.core.match_index import Evidence
 from triage.core.model import KnowledgeBase
 
 FOLDS = 5
@@ -56,17 +57,51 @@ def reports_of(kb: KnowledgeBase, items: Iterable[Item]) -> dict[str, list[str]]
 
 
 def with_reports(
-    kb: KnowledgeBase, reports: Mapping[str, Sequence[str]], confidence: Mapping[str, float] | None = None
+    kb: KnowledgeBase,
+    reports: Mapping[str, Sequence[str]],
+    confidence: Mapping[str, float] | None = None,
+    evidence: Evidence | None = None,
 ) -> KnowledgeBase:
-    """The knowledge base with its index rebuilt from these reports (and this confidence model)."""
+    """The knowledge base with its index rebuilt from these reports (and this confidence model, and
+    this signature evidence)."""
     from triage.core.match_index import build_index_data, compact_index
     from triage.core.matcher import index_for
     from triage.kb.matching import english_zipf
 
     model = confidence if confidence is not None else index_for(kb).confidence._asdict()
     words = (kb.match_index or {}).get("domain_words")  # the domain words, as compiled
-    data = build_index_data(kb, english_zipf(), model, reports, words if isinstance(words, list) else None)
+    data = build_index_data(
+        kb, english_zipf(), model, reports, words if isinstance(words, list) else None, evidence
+    )
     return kb._replace(match_index=compact_index(data))
+
+
+EVIDENCE_CHARS = 200_000  # the start of an item searched for signatures (pastes can be long)
+
+
+def signature_evidence(kb: KnowledgeBase, items: Iterable[Item]) -> dict[str, dict[str, tuple[int, int]]]:
+    """Entry id -> pattern -> (how many of these labelled train queries and logs the signature
+    matches, how many of those are its entry's). An item labelled `none` is nobody's. Only train
+    items are ever counted: the test split must never shape the index."""
+    import re
+
+    from triage.core.safe_regex import bounded
+
+    labelled = [i for i in items if i.kind in ("queries", "logs")]
+    assert all(i.split == "train" for i in labelled), "a test item must never shape the index"
+    texts = [(i.text[:EVIDENCE_CHARS], i.accepted) for i in labelled]
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    for entry in kb.entries.values():
+        for signature in entry.signatures:
+            try:
+                regex = re.compile(bounded(signature.pattern), re.IGNORECASE | re.MULTILINE)
+            except re.error:
+                continue
+            hits = [accepted for text, accepted in texts if regex.search(text)]
+            if hits:
+                right = sum(entry.id in accepted for accepted in hits)
+                out.setdefault(entry.id, {})[signature.pattern] = (len(hits), right)
+    return out
 
 
 def written_from(kb: KnowledgeBase, items: Iterable[Item]) -> dict[str, set[str]]:
@@ -109,13 +144,18 @@ def without_symptoms(kb: KnowledgeBase, leaked: Mapping[str, set[str]]) -> Knowl
 def fold_kbs(
     kb: KnowledgeBase, train: Sequence[Item], confidence: Mapping[str, float] | None = None
 ) -> list[KnowledgeBase]:
-    """For each fold, the knowledge base whose index holds the other folds' reports and none of
-    the symptoms written from the fold's own items."""
+    """For each fold, the knowledge base whose index holds the other folds' reports and signature
+    evidence and none of the symptoms written from the fold's own items."""
     out = []
     for fold in range(FOLDS):
         held_out = [i for i in train if fold_of(i) == fold]
         rest = [i for i in train if fold_of(i) != fold]
         out.append(
-            with_reports(without_symptoms(kb, written_from(kb, held_out)), reports_of(kb, rest), confidence)
+            with_reports(
+                without_symptoms(kb, written_from(kb, held_out)),
+                reports_of(kb, rest),
+                confidence,
+                signature_evidence(kb, rest),
+            )
         )
     return out

@@ -48,6 +48,26 @@ PAIR_FACTOR = 1.0  # a pair of adjacent terms weighs this share of its two terms
 REPORT_WEIGHT = 0.3  # a labelled report's term counts this much towards its entry (a symptom: 1.0)
 REPORTS_IN_DF = True
 REPORT_TERMS = 60  # a report's first terms only: its lead says what it is about
+# How far a signature's matches in the labelled train reports and logs bear out its entry
+# (knowledge/signature_evidence.yaml): its right share, pulled towards RELIABLE_SHARE by
+# PRIOR_MATCHES imagined matches, over RELIABLE_SHARE, capped at 1 and raised to RELIABILITY_POWER,
+# scales its weight. "ChildFailedError" matched 9 train items of which 2 were P4's: it says little of
+# P4 and now weighs a ninth of what it did; a signature no labelled item matched keeps its weight.
+# Fitted by train cross-validation (bench/confidence_experiments.py: answered-right +6.7 points at
+# the same precision; ranking within noise).
+PRIOR_MATCHES = 3.0
+RELIABLE_SHARE = 0.7
+RELIABILITY_POWER = 3.0
+
+Evidence = Mapping[str, Mapping[str, tuple[int, int]]]  # entry id -> pattern -> (matched, right)
+
+
+def reliability(matched: int, right: int) -> float:
+    """The factor a signature's weight is scaled by, from how often its matches were its entry's."""
+    if matched <= 0:
+        return 1.0
+    share = (right + PRIOR_MATCHES * RELIABLE_SHARE) / (matched + PRIOR_MATCHES)
+    return float(min(1.0, share / RELIABLE_SHARE) ** RELIABILITY_POWER)
 
 
 def _literal_text(pattern: str) -> str:
@@ -98,12 +118,14 @@ def build_index_data(
     confidence: Mapping[str, object] | None = None,
     reports: Mapping[str, Iterable[str]] | None = None,
     domain_words: Iterable[str] | None = None,
+    evidence: Evidence | None = None,
 ) -> dict[str, object]:
     """Term weights, per-entry term strengths, symptom phrasings and signatures, as JSON-ready data.
 
     `reports`: entry id -> labelled real reports of it (the corpus's train split), counted as
     further phrasings of its symptoms: how users describe it. `domain_words`: the words that say a text
-    is about training (knowledge/domain.yaml), a feature of the confidence model."""
+    is about training (knowledge/domain.yaml), a feature of the confidence model. `evidence`: how
+    often each signature's matches in labelled train items were its entry's (see `reliability`)."""
     normalizer = Normalizer(kb.vocabulary)
     strengths: dict[str, dict[str, float]] = {}
     counts_by_entry: dict[str, dict[str, float]] = {}
@@ -169,7 +191,10 @@ def build_index_data(
         "weights": weight,
         "strengths": strengths,
         "phrases": phrases,
-        "signatures": {e.id: [_signature_data(s) for s in e.signatures] for e in kb.entries.values()},
+        "signatures": {
+            e.id: [_signature_data(s, (evidence or {}).get(e.id, {}).get(s.pattern)) for s in e.signatures]
+            for e in kb.entries.values()
+        },
         "confidence": dict(confidence) if confidence else None,
         "variants": normalizer.variant_table(),
         "domain_words": sorted(set(domain_words)) if domain_words else None,  # triage.core.domain
@@ -235,16 +260,18 @@ def domain_pattern(words: Iterable[str]) -> str:
     return "(?:^|[^a-z0-9_])(?:" + "|".join(parts) + ")(?![a-z0-9_])"
 
 
-def _signature_data(signature: Signature) -> list[object]:
+def _signature_data(signature: Signature, seen: tuple[int, int] | None = None) -> list[object]:
     """[pattern, weight, echo, anchors, the pattern with its repeats bounded, its reach]: a match
     contains one of the anchors (lower case; [] = always try), and a long text is searched only in
-    windows of `reach` characters around them (triage.core.safe_regex)."""
+    windows of `reach` characters around them (triage.core.safe_regex). The weight is the entry's,
+    scaled by the signature's reliability where labelled train items matched it (`seen`)."""
     from triage.core.regex_literals import best_requirement
     from triage.core.safe_regex import bounded, reach
 
     safe = bounded(signature.pattern)
     anchors = list(best_requirement(signature.pattern))
-    return [signature.pattern, signature.weight, signature.echo, anchors, safe, reach(safe)]
+    weight = signature.weight if seen is None else round(signature.weight * reliability(*seen), 4)
+    return [signature.pattern, weight, signature.echo, anchors, safe, reach(safe)]
 
 
 def compact_index(full: dict[str, object]) -> dict[str, object]:

@@ -153,12 +153,18 @@ class _Postings(Mapping[str, str]):
 
 def with_docs(kb: KnowledgeBase, root: str | None = None) -> KnowledgeBase:
     """Attach the parsed Markdown of every entry (imports markdown-it) and the matcher's index, with
-    the English background and, from `root`, the confidence model and the labelled reports
-    (triage.kb.matching)."""
+    the English background and, from `root`, the confidence model, the labelled reports and the
+    signature evidence (triage.kb.matching)."""
     from triage.core.match_index import build_index_data, compact_index
     from triage.core.separate import REACH, stored_reach
     from triage.kb import markdown_ast
-    from triage.kb.matching import english_zipf, read_confidence, read_domain, read_reports
+    from triage.kb.matching import (
+        english_zipf,
+        read_confidence,
+        read_domain,
+        read_reports,
+        read_signature_evidence,
+    )
 
     docs = {
         e.id: {name: markdown_ast.parse(getattr(e, name)) for name in DOC_FIELDS} for e in kb.entries.values()
@@ -166,7 +172,8 @@ def with_docs(kb: KnowledgeBase, root: str | None = None) -> KnowledgeBase:
     confidence = read_confidence(root) if root is not None else None
     reports = read_reports(root) if root is not None else None
     domain = read_domain(root) if root is not None else None
-    index = compact_index(build_index_data(kb, english_zipf(), confidence, reports, domain))
+    evidence = read_signature_evidence(root) if root is not None else None
+    index = compact_index(build_index_data(kb, english_zipf(), confidence, reports, domain, evidence))
     index[REACH] = stored_reach(kb)
     return kb._replace(docs=docs, match_index=index)
 

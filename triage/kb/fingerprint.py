@@ -20,7 +20,7 @@ COMPILED_NAME = "compiled.json"
 # Files the knowledge may have: the confidence model `ask` abstains by and the labelled reports
 # compiled into the index (both written by bench/fit_confidence.py from the corpus's train split),
 # and the words that say a text is about training at all (a feature of that model).
-OPTIONAL_FILES = ("confidence.yaml", "reports.yaml", "domain.yaml")
+OPTIONAL_FILES = ("confidence.yaml", "reports.yaml", "domain.yaml", "signature_evidence.yaml")
 
 
 def source_files(root: StrPath) -> list[str]:

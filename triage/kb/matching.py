@@ -10,6 +10,9 @@
 - The labelled reports (knowledge/reports.yaml, written by the same script from the same train
   split, never from test): real users' descriptions of each entry, compiled into the index as
   further phrasings of its symptoms.
+- The signature evidence (knowledge/signature_evidence.yaml, the same script, the same split): how
+  many labelled train reports and logs each signature matched, and how many of them were its
+  entry's; the index scales its weight by that (triage.core.match_index.reliability).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from triage.core.errors import UserError
 from triage.core.matcher import Confidence
 from triage.kb.fingerprint import OPTIONAL_FILES
 
-CONFIDENCE_NAME, REPORTS_NAME, DOMAIN_NAME = OPTIONAL_FILES
+CONFIDENCE_NAME, REPORTS_NAME, DOMAIN_NAME, EVIDENCE_NAME = OPTIONAL_FILES
 DOMAIN_WORD = re.compile(r"[a-z0-9][a-z0-9_\- ]{0,39}\*?")
 MAX_DOMAIN_WORDS = 1000
 
@@ -92,6 +95,35 @@ def read_reports(root: str | os.PathLike[str]) -> dict[str, list[str]] | None:
     ):
         raise UserError(f"{path}: needs a `reports:` mapping of entry ids to lists of texts")
     return {k: list(v) for k, v in reports.items()}
+
+
+def read_signature_evidence(root: str | os.PathLike[str]) -> dict[str, dict[str, tuple[int, int]]] | None:
+    """Entry id -> signature pattern -> (labelled train items it matched, how many were the entry's),
+    or None when the knowledge has none."""
+    path = os.path.join(os.fspath(root), EVIDENCE_NAME)
+    data = _optional_yaml(path)
+    if data is None:
+        return None
+    table = data.get("signatures") if isinstance(data, dict) else None
+    problem = f"{path}: needs a `signatures:` mapping of entry ids to lists of {{pattern, matched, right}}"
+    if not isinstance(table, dict):
+        raise UserError(problem)
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    for entry_id, rows in table.items():
+        if not isinstance(entry_id, str) or not isinstance(rows, list):
+            raise UserError(problem)
+        for row in rows:
+            if not isinstance(row, dict) or set(row) != {"pattern", "matched", "right"}:
+                raise UserError(problem)
+            pattern, matched, right = row["pattern"], row["matched"], row["right"]
+            if not isinstance(pattern, str) or not all(
+                isinstance(n, int) and not isinstance(n, bool) for n in (matched, right)
+            ):
+                raise UserError(problem)
+            if not 0 <= right <= matched:
+                raise UserError(f"{path}: {entry_id} {pattern!r}: right must be between 0 and matched")
+            out.setdefault(entry_id, {})[pattern] = (matched, right)
+    return out
 
 
 def read_domain(root: str | os.PathLike[str]) -> list[str] | None:
