@@ -103,6 +103,8 @@ def test_rank_named_in_the_message() -> None:
     assert rank_in_message("[Rank 1] Watchdog caught collective operation timeout") == 1
     assert rank_in_message("[PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog") == 3
     assert rank_in_message("failed (exitcode: 1) local_rank: 2 (pid: 9) of binary") == 2
+    # torchrun's summary pasted with its layout lost (real paste): `rank2 (local rank: 2)exitcode: -9`
+    assert rank_in_message("rank2 (local rank: 2)exitcode: -9 (pid: 36071)error file: <N/A>") == 2
     assert rank_in_message("loss 3.2") is None
 
 

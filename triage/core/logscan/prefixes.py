@@ -67,7 +67,7 @@ _PASTE_INDENT = re.compile(r"^(?:\s*>(?!>>)\s?)*\s*")
 
 # Rank named inside the message, most specific first; only used when no prefix names it.
 _BODY_RANK = re.compile(
-    r"\[Rank (?P<a>\d+)\]|\bRank (?P<b>\d+)\]|\[rank(?P<c>\d+)\]|\blocal_rank: (?P<d>\d+)"
+    r"\[Rank (?P<a>\d+)\]|\bRank (?P<b>\d+)\]|\[rank(?P<c>\d+)\]|\blocal[_ ]rank: ?(?P<d>\d+)"
     r"|\brank (?P<e>\d+) (?:is|failed|exhausted)\b|^Rank (?P<f>\d+)\b"
     r"|\bprocess (?P<g>\d+) terminated with (?:signal|exit code)\b"  # mp.spawn's ProcessExitedException
     r"|unrecognized arguments: (?:\S{1,200} ){0,20}--local[-_]rank=(?P<h>\d+)"  # the legacy launcher's argument
