@@ -1,7 +1,7 @@
 """`triage lint` on real code: findings per rule on maintained projects' training scripts, and
 recall on real bugs, each on the split it belongs to.
 
-    python bench/bench_lint_real.py [--list]
+    python bench/bench_lint_real.py [--list] [--clean DIR] [--buggy DIR]
 
 - eval/lint/clean/: training scripts that maintained projects ship, presumed free of the bugs the
   lint looks for. Every finding there is either a real bug (then the file moves to buggy/) or a
@@ -54,21 +54,25 @@ def split_of(text: str) -> str:
     return "test" if bucket < TEST_BUCKETS else "train"
 
 
-def clean_findings() -> dict[str, tuple[int, list[Finding]]]:
+def clean_findings(clean: Path = CLEAN) -> dict[str, tuple[int, list[Finding]]]:
     """Per split: how many clean files, and every finding on them."""
     result: dict[str, tuple[int, list[Finding]]] = {s: (0, []) for s in SPLITS}
-    for path in sorted(CLEAN.glob("*.py")):
+    for path in sorted(clean.glob("*.py")):
         text = path.read_text(encoding="utf-8")
         split = split_of(text)
         files, found = result[split]
-        result[split] = (files + 1, found + lint_source(text, str(path.relative_to(REPO))))
+        result[split] = (files + 1, found + lint_source(text, _shown(path)))
     return result
 
 
-def buggy_results() -> dict[str, list[tuple[str, str, set[str]]]]:
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def buggy_results(buggy: Path = BUGGY) -> dict[str, list[tuple[str, str, set[str]]]]:
     """Per split: (file, expected code, codes found) for every file of the buggy set."""
     results: dict[str, list[tuple[str, str, set[str]]]] = {s: [] for s in SPLITS}
-    for path in sorted(BUGGY.glob("*.py")):
+    for path in sorted(buggy.glob("*.py")):
         text = path.read_text(encoding="utf-8")
         match = _EXPECT.search(text)
         if match is None:
@@ -83,10 +87,16 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--list", action="store_true", help="train-split clean findings and buggy misses")
+    parser.add_argument(
+        "--clean", type=Path, default=CLEAN, help="the clean set's folder (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--buggy", type=Path, default=BUGGY, help="the buggy set's folder (default: %(default)s)"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
-    clean = clean_findings()
-    buggy = buggy_results()
+    clean = clean_findings(args.clean)
+    buggy = buggy_results(args.buggy)
     for split in SPLITS:
         files, findings = clean[split]
         per_rule = Counter((f.code, f.severity) for f in findings)

@@ -11,7 +11,8 @@ knowledge/signature_evidence.yaml and knowledge/confidence.yaml.
    how far its matches bear its entry out (triage.core.match_index.reliability; each fold's
    index counts the other folds only). A line that every failure prints on its way down
    ("ChildFailedError", "unhandled system error") stops reading as one entry's proof: train CV's
-   answered-right rose from 38.5 % to 45.2 % at the same precision (bench/confidence_experiments.py).
+   answered-right rose from 37.1 % to 45.4 % at about the same precision
+   (`bench/confidence_experiments.py signature_evidence`).
 2. Every train item `ask` can be given (the queries, the pasted logs, the must-abstain inputs) is
    ranked by an index that does not hold its own fold's reports (bench/crossval.py), so that its
    features are those of an unseen report. The features: the best entry's evidence from words,

@@ -128,7 +128,8 @@ def test_ignore_comments_and_pyproject_selection(run_cli: Run, tmp_path: Path) -
     script = tmp_path / "train.py"
     script.write_text(BUGGY.replace("    dist.barrier()\n", "    dist.barrier()  # triage: ignore[TRG021]\n"))
     assert run_cli("lint", str(script), cwd=tmp_path).returncode == 0
-    script.write_text(BUGGY.replace(", timeout=datetime.timedelta(minutes=30)", ""))  # TRG021 and TRG040
+    # TRG021, and TRG040: the final barrier waits for rank 0's save under the default timeout
+    script.write_text(BUGGY.replace(", timeout=datetime.timedelta(minutes=30)", "") + "dist.barrier()\n")
 
     def codes() -> set[str]:
         shown = run_cli("lint", "--min-severity", "info", str(script), cwd=tmp_path)
@@ -215,6 +216,43 @@ def test_missing_paths_fifos_and_no_paths_are_one_line(run_cli: Run, tmp_path: P
     assert "unknown lint code 'D21'" in one_error_line(run_cli("lint", "--explain", "D21"))
 
 
+def test_a_huge_file_is_one_line_and_exit_2(run_cli: Run, tmp_path: Path) -> None:
+    huge = tmp_path / "generated.py"
+    huge.write_bytes(b"x = 1\n" * 1_000_000)  # 6 MB: a generated blob, not a training script
+    assert one_error_line(run_cli("lint", str(huge))).endswith("too large to be a training script")
+
+
+def test_a_directory_of_thousands_of_files_finishes_and_names_each_file_it_skips(
+    run_cli: Run, tmp_path: Path
+) -> None:
+    body = 'import torch.distributed as dist\ndist.init_process_group("nccl")\nif dist.get_rank() == 0:\n    dist.barrier()\n'
+    for i in range(2000):
+        (tmp_path / f"job_{i}.py").write_text(body)
+    (tmp_path / "weights.py").write_bytes(b"\x00\x01PK\x03")
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    os.mkfifo(tmp_path / "pipe.py")
+    result = run_cli("lint", "--json", str(tmp_path), timeout=300)
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert len(report["findings"]) == 2000 and report["files"] == 2000
+    assert sorted(line.split(":")[0].rsplit("/", 1)[-1] for line in report["skipped"]) == [
+        "broken.py",
+        "pipe.py",
+        "weights.py",
+    ]
+    text = run_cli("lint", str(tmp_path), timeout=300)
+    skipped = text.stderr.decode().splitlines()
+    assert len(skipped) == 3 and all(line.startswith("triage: skipped ") for line in skipped), skipped
+
+
+def test_a_user_s_invalid_escape_is_not_our_warning_to_print(run_cli: Run, tmp_path: Path) -> None:
+    # Real code is full of `"\:"` in regexes; Python 3.12 makes it a SyntaxWarning on stderr.
+    script = tmp_path / "train.py"
+    script.write_text('import torch.distributed as dist\npattern = "rank\\:(\\d+)"\n')
+    result = run_cli("lint", str(script), env={"PYTHONWARNINGS": "always"})
+    assert result.returncode == 0 and result.stderr == b"", result.stderr
+
+
 def test_the_walk_branches_on_a_finding(run_cli: Run) -> None:
     """`triage --script train.py walk`: the lint probe decides the node instead of a question."""
     args = ["walk", "--json", "--answer", "what_do_you_see=4"]
@@ -239,7 +277,8 @@ def test_advice_is_shown_only_when_asked(run_cli: Run, tmp_path: Path) -> None:
     assert SHOWN == SEVERITIES
     script = tmp_path / "train.py"
     script.write_text(
-        "import torch.distributed as dist\ndist.init_process_group('nccl')\nt = 0\ndist.all_reduce(t)\n"
+        "import torch.distributed as dist\ndist.init_process_group('nccl')\n"
+        "if dist.get_rank() == 0:\n    prepare_data()\ndist.barrier()\n"
     )
     everything = json.loads(run_cli("lint", "--json", "--min-severity", "info", str(script)).stdout)
     infos = [f["code"] for f in everything["findings"] if f["severity"] == "info"]

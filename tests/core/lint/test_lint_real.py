@@ -45,18 +45,37 @@ def test_maintained_scripts_get_no_error_and_no_warning_on_the_train_split() -> 
     assert found == []
 
 
+# The train split's known misses, each with why (eval/lint/README.md); the test split's are only
+# counted, so that no rule is tuned on them.
+KNOWN_MISSES = {
+    # A save under `local_rank == 0` writes once per node: right on one node, so not reported.
+    "apex_886_local_rank0_saves_per_node.py",
+    "fix_examples_5cc81aa_multinode_save_local_rank0.py",
+    # os.makedirs(exist_ok=True) on every node of a shared filesystem: idiomatic, not reported.
+    "fix_fairseq_94e9d77c_save_dir_every_node.py",
+    # Writes through a project object (checkpoint_handler.save, file_client.remove) or a runner
+    # class with no entry point in the file: what they do is not visible here.
+    "fix_mace_68ad31ab_checkpoint_every_rank.py",
+    "fix_mmengine_0f62a6c0_remove_best_every_rank.py",
+    # `self.is_visualizer` is rank 0 only by a helper of another module.
+    "fix_var_8198567e_allreduce_visualizer_only.py",
+}
+TEST_SPLIT_MISSES_AT_MOST = 4
+
+
 def test_the_bugs_github_threads_established_are_found() -> None:
-    missed = []
+    split_of = _split_of()
+    missed: dict[str, list[str]] = {"train": [], "test": []}
     files = sorted((EVAL / "buggy").glob("*.py"))
     for path in files:
         text = path.read_text(encoding="utf-8")
         expected = re.search(r"^# expect: (TRG\d{3})", text, re.MULTILINE)
         assert expected is not None, path.name
         if expected.group(1) not in {f.code for f in lint_source(text, path.name)}:
-            missed.append(path.name)
-    assert len(files) >= 20
-    # A save under `local_rank == 0` writes once per node: right on one node, so not reported.
-    assert missed == ["apex_886_local_rank0_saves_per_node.py"]
+            missed[split_of(text)].append(path.name)
+    assert len(files) >= 80
+    assert set(missed["train"]) == KNOWN_MISSES
+    assert len(missed["test"]) <= TEST_SPLIT_MISSES_AT_MOST
 
 
 def codes(body: str, head: str = HEAD) -> list[str]:

@@ -13,7 +13,8 @@ from triage.core.lint.launch import Launch, find_launches
 from triage.core.lint.model import Finding, Rule, Selection, Severity
 from triage.core.lint.registry import CHECKS, RULES, rule
 from triage.core.lint.rules_launch import loads_checkpoint
-from triage.core.lint.script import Script, SourceError, decode_source, parse
+from triage.core.lint.script import Script
+from triage.core.lint.source import SourceError, decode_source, parse
 from triage.core.lint.suppress import suppressed
 
 __all__ = [

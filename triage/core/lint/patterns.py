@@ -56,10 +56,17 @@ class WorldSize:
     def __init__(self, script: Script) -> None:
         self.script = script
         self.names: set[str] = set()
+        self.scaled: set[str] = set()  # `eff_batch_size = batch_size * get_world_size()`
         for _ in range(2):
             for node in script.of_type(ast.Assign):
+                targets = [dotted(t) for t in node.targets if dotted(t)]
                 if self.is_world_size(node.value):
-                    self.names.update(dotted(t) for t in node.targets if dotted(t))
+                    self.names.update(targets)
+                elif any(
+                    isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult) and self.depends_on(n)
+                    for n in ast.walk(node.value)
+                ):
+                    self.scaled.update(targets)
 
     def is_world_size(self, expr: ast.AST) -> bool:
         if isinstance(expr, ast.Call):
@@ -81,6 +88,15 @@ class WorldSize:
 
     def mentioned_in(self, expr: ast.AST) -> bool:
         return any(self.is_world_size(node) for node in ast.walk(expr))
+
+    def depends_on(self, expr: ast.AST) -> bool:
+        """The world size, or a quantity multiplied by it: MAE's `lr = blr * eff_batch_size / 256`
+        where `eff_batch_size = batch_size * accum_iter * get_world_size()`."""
+        return self.mentioned_in(expr) or any(
+            dotted(node) in self.scaled
+            for node in ast.walk(expr)
+            if isinstance(node, ast.Name | ast.Attribute)
+        )
 
 
 def world_size(script: Script) -> WorldSize:

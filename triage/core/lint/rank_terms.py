@@ -58,6 +58,8 @@ MAIN_NAMES = frozenset(
         "is_chief",
         "is_root_worker",  # DALLE-pytorch's backends, DeepSpeed-era helpers
         "is_local_root_worker",
+        "is_local_master",  # VAR's and others' dist helpers: local rank 0, once per node
+        "is_local_main",
         "is_root_process",
         "is_first_worker",
     }
@@ -118,3 +120,48 @@ def compare_side(op: ast.cmpop, value: int) -> Side | None:
     if isinstance(op, ast.LtE):
         return None if value < 0 else "zero" if value == 0 else "other"
     return None
+
+
+def writer_parameter_side(test: ast.AST, scope: ast.AST) -> Side | None:
+    """`if log_writer is not None:` on a writer the function is handed: MAE, DeiT-style engines and
+    their descendants create the TensorBoard writer on rank 0 only and pass None elsewhere, so the
+    test is their rank gate. (A writer created in the same file is judged where it is created.)"""
+    params = _parameters(scope)
+    if isinstance(test, ast.Name):
+        return "zero" if _writer(test, params) else None
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and _writer(test.left, params)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        return {ast.IsNot: "zero", ast.Is: "nonzero"}.get(type(test.ops[0]))  # type: ignore[return-value]
+    return None
+
+
+def _writer(expr: ast.AST, params: frozenset[str]) -> bool:
+    return isinstance(expr, ast.Name) and expr.id in params and "writer" in expr.id.lower()
+
+
+def _parameters(scope: ast.AST) -> frozenset[str]:
+    if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        return frozenset()
+    args = scope.args
+    return frozenset(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
+
+
+def unset_test(test: ast.AST, name: str) -> bool:
+    """`name == -1`, `name < 0`, `name is None`: a rank the launcher did not set."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name)):
+        return False
+    try:
+        value = ast.literal_eval(test.comparators[0])
+    except ValueError:
+        return False
+    op = test.ops[0]
+    return test.left.id == name and (
+        (isinstance(op, ast.Eq) and value == -1)
+        or (isinstance(op, ast.Lt) and value == 0)
+        or (isinstance(op, ast.Is) and value is None)
+    )

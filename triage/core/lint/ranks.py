@@ -29,6 +29,8 @@ from triage.core.lint.rank_terms import (
     compare_side,
     flip,
     negate,
+    unset_test,
+    writer_parameter_side,
 )
 from triage.core.lint.script import FunctionNode, Scope, Script, const_int, dotted
 
@@ -152,14 +154,14 @@ class RankModel:
                 return None
             return sides.pop() if len(sides) == 1 else "zero" if "zero" in sides else "other"
         if isinstance(test, ast.Compare):
-            return self._compare(test, scope)
+            return self._compare(test, scope) or writer_parameter_side(test, scope)
         if isinstance(test, ast.Name | ast.Attribute | ast.Call) and self.rank_kind(test, scope):
             return "nonzero"  # `if rank:` holds on every rank but 0
         if isinstance(test, ast.Name):
             found = self._lookup(self.preds, test.id, scope)
             if found is not None:
                 return cast(Side, found)
-            return "zero" if test.id in MAIN_NAMES else None
+            return "zero" if test.id in MAIN_NAMES else writer_parameter_side(test, scope)
         if isinstance(test, ast.Attribute):
             found = self._lookup(self.preds, dotted(test), self.script.tree)
             if found is not None:
@@ -340,8 +342,9 @@ class RankModel:
             return
         names = table.setdefault(where, {})
         # `rank = LOCAL_RANK if set, else RANK`: under torchrun it is the local rank; a name bound to
-        # both kinds is not claimed to be the global one.
-        if table is self.values and names.get(key) == "local" and value == "global":
+        # both kinds is not claimed to be the global one; nor `if local_rank == -1: local_rank = rank`.
+        unset = any(isinstance(a, ast.If) and unset_test(a.test, key) for a in self.script.ancestors(target))
+        if table is self.values and value == "global" and (names.get(key) == "local" or unset):
             return
         names[key] = value
 
@@ -427,7 +430,10 @@ def _needs_every_rank(text: str) -> bool:
 
 def _group_rank(expr: ast.AST) -> bool:
     """`dist.get_rank(group=g)` / `dist.get_rank(g)`: a rank within a process group, not the job's."""
-    if not isinstance(expr, ast.Call) or dotted(expr.func).rsplit(".", 1)[-1] != "get_rank":
+    tail = dotted(expr.func).rsplit(".", 1)[-1] if isinstance(expr, ast.Call) else ""
+    if tail == "get_local_rank" and isinstance(expr, ast.Call) and (expr.args or expr.keywords):
+        return True  # `mesh.get_local_rank(mesh_dim=i)`: a rank within one mesh dimension
+    if tail != "get_rank" or not isinstance(expr, ast.Call):
         return False
     given = expr.args[0] if expr.args else next((k.value for k in expr.keywords if k.arg == "group"), None)
     return given is not None and not (isinstance(given, ast.Constant) and given.value is None)

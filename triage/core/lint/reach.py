@@ -65,8 +65,12 @@ def _reads_rank(ctx: Context, node: ast.AST) -> bool:
         key = f"reach.reads_rank.{id(scope)}"
         cached = ctx.script.cache.get(key)
         if not isinstance(cached, bool):
-            cached = any(
-                isinstance(inner, ast.Name | ast.Attribute | ast.Call)
+            params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)}
+            cached = any(  # a rank it is handed, or its object's (`self.global_rank`)
+                (
+                    (isinstance(inner, ast.Name) and inner.id in params)
+                    or (isinstance(inner, ast.Attribute) and dotted(inner).startswith("self."))
+                )
                 and ctx.ranks.rank_kind(inner, scope) is not None
                 for inner in ast.walk(scope)
             )
@@ -149,13 +153,14 @@ def _reached(ctx: Context) -> set[str]:
     if isinstance(cached, set):
         return cached
     calls = _calls(ctx)
-    # The function that runs the set-up; its class too when that function is `__init__` (the object
-    # is distributed from birth), not when it is one test method among many.
+    # The function that runs the set-up; its class too when that function is `__init__` or a
+    # property (the object is distributed from birth: LAVIS's Runner wraps DDP in its `model`
+    # property), not when it is one test method among many.
     setup = set()
     for c in ctx.script.call_list:
         owners = _owners(ctx, c.node)
         if c.tail in SETUP_TAILS and owners:
-            setup.update(owners[:2] if owners[0] == "__init__" else owners[:1])
+            setup.update(owners[:2] if owners[0] == "__init__" or _in_property(ctx, c.node) else owners[:1])
     callers: dict[str, set[str]] = {}
     for owner, callees in calls.items():
         for callee in callees:
@@ -164,6 +169,13 @@ def _reached(ctx: Context) -> set[str]:
     reached = (_closure(calls, {""}) | _closure(calls, tied)) - {""}
     ctx.script.cache["reach.reached"] = reached
     return reached
+
+
+def _in_property(ctx: Context, node: ast.AST) -> bool:
+    function = next((a for a in ctx.script.ancestors(node) if isinstance(a, FunctionNode)), None)
+    return function is not None and any(
+        dotted(d).rsplit(".", 1)[-1] in ("property", "cached_property") for d in function.decorator_list
+    )
 
 
 def has_entry(ctx: Context) -> bool:

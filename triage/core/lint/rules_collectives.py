@@ -4,8 +4,9 @@ A collective completes only when every rank calls it, so one under `if rank == 0
 Certain collectives (`dist.barrier`, `all_reduce`, `accelerator.wait_for_everyone`, Lightning's
 `trainer.save_checkpoint`, a DeepSpeed engine's `save_checkpoint`, an FSDP model's forward) are
 errors; calls that communicate only in some setups (a DDP model's forward, `accelerator.save_state`,
-a helper from another module named like a collective) are warnings. A helper of the same file
-called under the gate is followed one level. The rank-0 / other-ranks pair
+a helper from another module named like a collective) are warnings; which calls those are is
+`communication`'s to say. A helper of the same file called under the gate is followed, and the
+helpers it calls, three calls deep. The rank-0 / other-ranks pair
 (`if local_rank not in (-1, 0): barrier()` ... `if local_rank == 0: barrier()`) is matched and
 not reported.
 """
@@ -16,9 +17,10 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from triage.core.lint.communication import Communication, communication, forward
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.patterns import enclosing_ifs, kwarg_true
+from triage.core.lint.patterns import enclosing_ifs
 from triage.core.lint.ranks import Gate
 from triage.core.lint.script import Call, FunctionNode, dotted
 
@@ -104,154 +106,6 @@ TRG036 = Rule(
 )
 RULES = (TRG021, TRG036)
 
-DIST_COLLECTIVES = frozenset(
-    {
-        "barrier",
-        "monitored_barrier",
-        "all_reduce",
-        "all_reduce_coalesced",
-        "all_gather",
-        "all_gather_object",
-        "all_gather_into_tensor",
-        "all_gather_coalesced",
-        "_all_gather_base",
-        "reduce",
-        "reduce_scatter",
-        "reduce_scatter_tensor",
-        "_reduce_scatter_base",
-        "broadcast",
-        "broadcast_object_list",
-        "gather",
-        "gather_object",
-        "scatter",
-        "scatter_object_list",
-        "all_to_all",
-        "all_to_all_single",
-        "new_group",
-        "new_subgroups",
-    }
-)
-_DIST_MODULES = ("torch.distributed", "deepspeed.comm", "accelerate.utils", "torch_xla")
-_XLA = frozenset({"rendezvous", "mesh_reduce"})
-_STATE_DICT_COLLECTIVES = frozenset(
-    {
-        "get_state_dict",
-        "get_model_state_dict",
-        "get_optimizer_state_dict",
-        "full_optim_state_dict",
-        "optim_state_dict",
-    }
-)
-_ACCELERATOR_CERTAIN = frozenset(
-    {"wait_for_everyone", "gather", "gather_for_metrics", "reduce", "pad_across_processes"}
-)
-_FABRIC_CERTAIN = frozenset({"barrier", "all_reduce", "all_gather", "broadcast"})
-_ACCELERATOR_MAYBE = frozenset({"save_state", "load_state", "get_state_dict", "save_model"})
-_HELPER_TAILS = frozenset(
-    {
-        "barrier",
-        "synchronize",
-        "all_reduce",
-        "all_gather",
-        "all_reduce_mean",
-        "reduce_dict",
-        "reduce_mean",
-        "reduce_tensor",
-        "all_gather_object",
-        "broadcast",
-        "wait_for_everyone",
-        "sync_across_processes",
-    }
-)
-
-
-@dataclass(frozen=True)
-class Communication:
-    """A call that communicates: what to call it in a message, and whether it certainly does."""
-
-    node: ast.Call
-    label: str  # "barrier()", "the FSDP-wrapped `model`"
-    certain: bool
-    name: str  # the key pairs are matched on
-
-
-def communication(ctx: Context, call: Call) -> Communication | None:
-    """Whether (and how surely) this call runs a collective."""
-    name, tail = call.name, call.tail
-    if tail in DIST_COLLECTIVES and name.startswith(_DIST_MODULES):
-        grouped = (
-            call.kwarg("group") is not None
-            and dotted(call.kwarg("group") or ast.Name("")) != "dist.group.WORLD"
-        )
-        return Communication(call.node, f"{tail}()", not grouped, name)
-    if tail in _XLA and name.startswith("torch_xla"):
-        return Communication(call.node, f"{tail}()", True, name)
-    if tail in _STATE_DICT_COLLECTIVES and name.startswith("torch.distributed"):
-        return Communication(call.node, f"{tail}()", True, name)
-    if name.startswith("torch.distributed.checkpoint") and tail in (
-        "save",
-        "load",
-        "save_state_dict",
-        "load_state_dict",
-    ):
-        return Communication(call.node, f"torch.distributed.checkpoint.{tail}()", True, name)
-    wrappers = ctx.wrappers
-    if call.receiver is not None and wrappers.is_accelerator(call):
-        if tail in _ACCELERATOR_CERTAIN:
-            return Communication(call.node, f"accelerator.{tail}()", True, f"accelerator.{tail}")
-        if tail in _ACCELERATOR_MAYBE:
-            return Communication(call.node, f"accelerator.{tail}()", False, f"accelerator.{tail}")
-    receiver_kind = wrappers.kind(call.receiver, call.scope)
-    receiver = dotted(call.receiver) if call.receiver is not None else ""
-    lightning = "lightning" in ctx.script.frameworks
-    if lightning and receiver_kind is None and receiver.rsplit(".", 1)[-1] in ("trainer", "fabric"):
-        receiver_kind = "lightning_trainer" if receiver.endswith("trainer") else "fabric"
-    if receiver_kind == "fabric" and tail in _FABRIC_CERTAIN:
-        return Communication(call.node, f"fabric.{tail}()", True, f"fabric.{tail}")
-    if receiver_kind == "fabric" and tail in ("save", "load"):
-        return Communication(call.node, f"fabric.{tail}()", False, f"fabric.{tail}")
-    if lightning and receiver == "self" and tail == "all_gather":
-        return Communication(call.node, "self.all_gather()", True, "self.all_gather")
-    if tail == "save_checkpoint" and receiver_kind in ("lightning_trainer", "deepspeed"):
-        what = "Lightning's trainer" if receiver_kind == "lightning_trainer" else "the DeepSpeed engine's"
-        return Communication(call.node, f"{what} save_checkpoint()", True, f"{receiver_kind}.save_checkpoint")
-    if tail == "barrier" and dotted(call.receiver or ast.Name("")).endswith("strategy"):
-        return Communication(call.node, "strategy.barrier()", True, "strategy.barrier")
-    if tail == "state_dict" and receiver_kind in ("fsdp", "fsdp2"):
-        return Communication(call.node, "the FSDP model's state_dict()", False, "fsdp.state_dict")
-    if tail == "log" and kwarg_true(call, "sync_dist"):
-        return Communication(call.node, "self.log(..., sync_dist=True)", False, "log")
-    own_kind = wrappers.kind(call.node.func, call.scope)
-    if own_kind is not None:
-        return _forward(call, own_kind)
-    if (
-        tail in _HELPER_TAILS
-        and not name.startswith("torch.")
-        and ctx.script.local_function(call.node) is None
-        and ("." in name or name in ctx.script.imports)
-    ):
-        return Communication(call.node, f"{name}()", False, name)
-    return None
-
-
-def _forward(call: Call, kind: str) -> Communication | None:
-    text = dotted(call.node.func) or "model"
-    if kind in ("fsdp", "fsdp2"):
-        return Communication(
-            call.node, f"the FSDP-wrapped `{text}` (its forward all-gathers parameters)", True, text
-        )
-    if kind == "ddp":
-        return Communication(
-            call.node, f"the DDP-wrapped `{text}` (its forward broadcasts buffers)", False, text
-        )
-    if kind == "deepspeed":
-        return Communication(
-            call.node, f"the DeepSpeed engine `{text}` (ZeRO-3 all-gathers in forward)", False, text
-        )
-    if kind == "prepared":
-        return Communication(call.node, f"the Accelerate-prepared `{text}` (a DDP/FSDP wrapper)", False, text)
-    return None
-
 
 @dataclass(frozen=True)
 class _Candidate:
@@ -262,28 +116,75 @@ class _Candidate:
 
 
 def _helper_communications(
-    ctx: Context, site: Call, helper: FunctionNode
+    ctx: Context,
+    site: Call,
+    helper: FunctionNode,
+    given: dict[str, str | None] | None = None,
+    depth: int = 0,
+    decided: dict[str, bool] | None = None,
 ) -> Iterator[tuple[Communication, str]]:
-    """Collectives a same-file helper runs on every call (one level), seen from a call site."""
+    """Collectives a same-file helper runs on every call, seen from a call site: in its own body,
+    or in the same-file helpers it calls in turn (up to three deep: `eval_accuracy(rm)` calls
+    `_pair_rewards(rm, batch)`, which runs the DDP model's forward). `given`: the wrapper kinds the
+    caller's own parameters hold, for the arguments that pass them on; `decided`: the tests the
+    callers above have already settled (`self.pipe` in the `else` of `if self.pipe:`)."""
     params = [a.arg for a in helper.args.posonlyargs + helper.args.args]
     if params and params[0] in ("self", "cls"):
         params = params[1:]
-    passed = {p: ctx.wrappers.kind(arg, site.scope) for p, arg in zip(params, site.node.args, strict=False)}
-    for keyword in site.node.keywords:
-        if keyword.arg:
-            passed[keyword.arg] = ctx.wrappers.kind(keyword.value, site.scope)
+    pairs = [
+        *zip(params, site.node.args, strict=False),
+        *((k.arg, k.value) for k in site.node.keywords if k.arg),
+    ]
+    passed = {p: _kind_passed(ctx, arg, site, given) for p, arg in pairs}
     arguments = _arguments(helper, site)
-    known = _known_at(ctx, site, helper)
-    for inner in ctx.script.call_list:
-        if inner.scope is not helper or ctx.ranks.gate(inner.node) is not None:
+    known = {**(decided or {}), **_known_at(ctx, site, helper)}
+    for inner in _calls_in(ctx, helper):
+        if ctx.ranks.gate(inner.node) is not None:
             continue
         if _switched_off(ctx, inner.node, helper, arguments, known):
             continue
         found = communication(ctx, inner)
         if found is None and isinstance(inner.node.func, ast.Name) and passed.get(inner.node.func.id):
-            found = _forward(inner, passed[inner.node.func.id] or "")
+            found = forward(inner, passed[inner.node.func.id] or "")
         if found is not None:
             yield found, f"`{helper.name}()` calls {found.label} (line {inner.node.lineno}) and "
+            continue
+        nested = ctx.script.local_function(inner.node)
+        if nested is not None and nested is not helper and depth < 2 and _expand(ctx):
+            for deeper, via in _helper_communications(ctx, inner, nested, passed, depth + 1, known):
+                yield deeper, f"`{helper.name}()` calls {via}"
+
+
+_EXPANSIONS = 2000  # helpers of helpers followed per script: a generated file of 400 helpers
+# calling 5 others each must not take minutes
+
+
+def _expand(ctx: Context) -> bool:
+    done = ctx.script.cache.get("collectives.expansions")
+    count = done if isinstance(done, int) else 0
+    ctx.script.cache["collectives.expansions"] = count + 1
+    return count < _EXPANSIONS
+
+
+def _calls_in(ctx: Context, scope: FunctionNode) -> list[Call]:
+    """The calls whose innermost function is `scope` (indexed once per script)."""
+    cached = ctx.script.cache.get("collectives.calls_by_scope")
+    if isinstance(cached, dict):
+        index: dict[int, list[Call]] = cached
+    else:
+        index = {}
+        for call in ctx.script.call_list:
+            index.setdefault(id(call.scope), []).append(call)
+        ctx.script.cache["collectives.calls_by_scope"] = index
+    return index.get(id(scope), [])
+
+
+def _kind_passed(ctx: Context, arg: ast.expr, site: Call, given: dict[str, str | None] | None) -> str | None:
+    """The wrapper kind an argument carries: its own, or that of the caller's parameter it names."""
+    kind = ctx.wrappers.kind(arg, site.scope)
+    if kind is None and given and isinstance(arg, ast.Name):
+        return given.get(arg.id)
+    return kind
 
 
 def _arguments(helper: FunctionNode, site: Call) -> dict[str, ast.expr]:
@@ -361,7 +262,7 @@ def _candidates(ctx: Context) -> Iterator[_Candidate]:
 def _members_only(gate: Gate, collective: ast.Call) -> bool:
     """`if rank in ranks: all_reduce(t, group=group_of_those_ranks)` (or a helper that does it, under
     `if is_member(group):`): the members of a subgroup, as it should be."""
-    return gate.side == "other" and any(k.arg == "group" for k in collective.keywords)
+    return gate.side == "other" and any(k.arg in ("group", "process_group") for k in collective.keywords)
 
 
 def _other_arm_calls(ctx: Context, c: _Candidate) -> bool:
@@ -380,12 +281,25 @@ def _other_arm_calls(ctx: Context, c: _Candidate) -> bool:
                 id(call.node) in nodes
                 and (
                     (c.via and dotted(call.node.func) == same)  # the same helper
+                    or (c.via and same in _handed(call.node))  # `optimizer.step(closure)`
                     or ((found := communication(ctx, call)) is not None and found.name == c.comm.name)
                 )
                 for call in ctx.script.call_list
             )
         child = parent
     return False
+
+
+def _handed(call: ast.Call) -> set[str]:
+    """The names a call hands over as arguments: a closure an optimizer's step() runs."""
+    return {a.id for a in (*call.args, *(k.value for k in call.keywords)) if isinstance(a, ast.Name)}
+
+
+def _signal(ctx: Context, c: _Candidate) -> tuple[str, str]:
+    """The collective and the object it moves: rank 0's `broadcast(signal, src=0)` in one function
+    meets the others' `broadcast(signal, src=0)` in another (MACE's LBFGS protocol)."""
+    first = c.comm.node.args[0] if c.comm.node.args else None
+    return c.comm.name, dotted(first) if first is not None and not c.via else ""
 
 
 def check(ctx: Context) -> Iterator[Finding]:
@@ -401,11 +315,17 @@ def check(ctx: Context) -> Iterator[Finding]:
         key = (id(ctx.script.scope_of(c.at)), c.comm.name)
         sides.setdefault(key, set()).add(c.gate.side)
         arms.setdefault(key, set()).add((c.gate.line, c.gate.where.startswith("inside")))
+    signals: dict[tuple[str, str], set[str]] = {}
+    for c in candidates:
+        if _signal(ctx, c)[1]:
+            signals.setdefault(_signal(ctx, c), set()).add(c.gate.side)
     for c in candidates:
         key = (id(ctx.script.scope_of(c.at)), c.comm.name)
         if {"zero", "nonzero"} <= sides[key] or (c.gate.line, not c.gate.where.startswith("inside")) in arms[
             key
         ]:
+            continue
+        if _signal(ctx, c)[1] and {"zero", "nonzero"} <= signals[_signal(ctx, c)]:
             continue
         if _other_arm_calls(ctx, c):
             continue

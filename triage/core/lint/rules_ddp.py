@@ -218,7 +218,7 @@ def _world_size_considered(ctx: Context, world: WorldSize) -> bool:
         return True
     for node in [*script.of_type(ast.BinOp), *script.of_type(ast.AugAssign), *script.of_type(ast.Assign)]:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div | ast.FloorDiv):
-            if world.mentioned_in(node.right):
+            if world.depends_on(node.right):  # `grad_accum = total_batch // (B * T * world_size)`
                 return True
         elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Div | ast.FloorDiv | ast.Mult):
             if world.mentioned_in(node.value) and (
@@ -228,7 +228,7 @@ def _world_size_considered(ctx: Context, world: WorldSize) -> bool:
         elif (
             isinstance(node, ast.Assign)
             and any(_lr_name(t) for t in node.targets)
-            and world.mentioned_in(node.value)
+            and world.depends_on(node.value)
         ):
             return True
     return False
@@ -256,7 +256,7 @@ def _check_lr(ctx: Context) -> Iterator[Finding]:
         return
     for call in optimizers:
         lr = _lr_of(call)
-        if lr is None or world.mentioned_in(lr):
+        if lr is None or world.depends_on(lr):
             continue
         yield ctx.finding(
             TRG011,

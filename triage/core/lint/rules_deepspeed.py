@@ -156,6 +156,7 @@ def _check_engine(ctx: Context, calls: list[Call], scope: Scope) -> Iterator[Fin
                 is_backward(call)
                 and ctx.wrappers.kind(call.receiver, scope) != "deepspeed"
                 and not ctx.wrappers.is_accelerator(call)
+                and ctx.script.local_function(call.node) is None  # `self.backward(loss)`: a method here
             ):
                 yield ctx.finding(
                     TRG018,

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
 from triage.core.lint.reach import anchored
-from triage.core.lint.script import Call
+from triage.core.lint.script import Call, dotted
 
 TRG003 = Rule(
     code="TRG003",
@@ -60,8 +60,10 @@ TRG030 = Rule(
     finds=(
         "A script that creates a process group itself (`init_process_group`) and puts work on the"
         " GPU with `.cuda()`, `.to('cuda')` or `torch.device('cuda')`, but never calls"
-        " `torch.cuda.set_device` and never sets `CUDA_VISIBLE_DEVICES` per process. Accelerate,"
-        " Lightning, the HF Trainer and DeepSpeed bind the device themselves and are not reported."
+        " `torch.cuda.set_device` and never sets `CUDA_VISIBLE_DEVICES` per process; or module-level"
+        " work on plain 'cuda' (`.cuda()`, `device='cuda'`) above the module-level `set_device` call."
+        " Accelerate, Lightning, the HF Trainer and DeepSpeed bind the device themselves and are not"
+        " reported."
     ),
     why=(
         "'cuda' means the current device, which is `cuda:0` in every process until something changes"
@@ -213,11 +215,11 @@ def _check_unbound(ctx: Context) -> Iterator[Finding]:
     script = ctx.script
     if script.frameworks & _SELF_BINDING or not any(script.calls("init_process_group")):
         return
-    if (
-        any(c.name.startswith("torch.cuda") for c in script.calls("set_device"))
-        or "CUDA_VISIBLE_DEVICES" in script.strings
-        or any(_device_helper(ctx, c) for c in script.call_list)
-    ):
+    binds = [c for c in script.calls("set_device") if c.name.startswith("torch.cuda")]
+    if binds:
+        yield from _cuda_before_binding(ctx, binds)
+        return
+    if "CUDA_VISIBLE_DEVICES" in script.strings or any(_device_helper(ctx, c) for c in script.call_list):
         return
     for call in script.call_list:
         if _is_plain_cuda(call) and ctx.ranks.per_rank(call.node):
@@ -228,6 +230,33 @@ def _check_unbound(ctx: Context) -> Iterator[Finding]:
                 " rank (no torch.cuda.set_device): every rank lands on cuda:0",
             )
             return
+
+
+def _cuda_before_binding(ctx: Context, binds: list[Call]) -> Iterator[Finding]:
+    """Module-level work on plain "cuda" above the module-level `torch.cuda.set_device(...)`:
+    modded-nanogpt's import-time `torch.empty(1, device="cuda").backward()` made every rank's CUDA
+    context (and that tensor) on GPU 0 before the script bound its device."""
+    top = [c for c in binds if isinstance(ctx.scope(c.node), ast.Module)]
+    if not top or len(top) != len(binds):
+        return  # bound inside a function: when it runs relative to module code is not said here
+    first = min(c.node.lineno for c in top)
+    for call in ctx.script.call_list:
+        if call.node.lineno >= first or not isinstance(call.scope, ast.Module):
+            continue
+        if (_is_plain_cuda(call) or _cuda_keyword(call)) and ctx.ranks.per_rank(call.node):
+            yield ctx.finding(
+                TRG030,
+                call.node,
+                f"`{ctx.script.text(call.node, 40)}` runs before torch.cuda.set_device (line {first}): every rank"
+                " creates its CUDA context, and this work, on cuda:0; bind the device first",
+            )
+            return
+
+
+def _cuda_keyword(call: Call) -> bool:
+    """`torch.empty(1, device="cuda")`, `x.to(device="cuda")`: the current device, by keyword."""
+    device = call.kwarg("device")
+    return isinstance(device, ast.Constant) and device.value == "cuda"
 
 
 def _device_helper(ctx: Context, call: Call) -> bool:
@@ -246,12 +275,26 @@ def _check_load(ctx: Context) -> Iterator[Finding]:
             continue
         if call.has_star_kwargs() or not ctx.ranks.per_rank(call.node) or _mapped_elsewhere(ctx, call):
             continue
+        if _loads_data(ctx, call):
+            continue
         yield ctx.finding(
             TRG031,
             call.node,
             "torch.load() without map_location puts the saved tensors back on the GPU they came from"
             " (cuda:0 on every rank); pass map_location",
         )
+
+
+def _loads_data(ctx: Context, call: Call) -> bool:
+    """`train_data = torch.load(os.path.join(data_dir, "train.pt"))` in lit-llama's
+    `load_datasets()`: a dataset prepared on the CPU, not state saved from a GPU. The name it is
+    bound to, or the function it is returned from, says so."""
+    parent = ctx.script.parents.get(call.node)
+    names = [dotted(t) for t in parent.targets] if isinstance(parent, ast.Assign) else []
+    if isinstance(parent, ast.Return | ast.Assign):
+        function = next((a for a in ctx.script.ancestors(call.node) if isinstance(a, ast.FunctionDef)), None)
+        names += [function.name] if function is not None else []
+    return any("data" in name.lower().rsplit(".", 1)[-1] for name in names)
 
 
 def _mapped_elsewhere(ctx: Context, call: Call) -> bool:

@@ -1,6 +1,7 @@
 """How the process group is created and how the job survives a failure (MN3, MN5).
 
-TRG040: `init_process_group` (or `deepspeed.init_distributed`) without an explicit `timeout`.
+TRG040: `init_process_group` (or `deepspeed.init_distributed`) without an explicit `timeout`, where
+        some ranks wait in a barrier while rank 0 alone works.
 TRG041: the script is started with restarts (`torchrun --max-restarts`, `LaunchConfig(max_restarts=)`)
         but never loads a checkpoint, so every restart trains from step 0.
 """
@@ -10,29 +11,44 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from triage.core.lint.communication import communication
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.script import Script, const_int
+from triage.core.lint.script import Script, const_int, dotted
 
 TRG040 = Rule(
     code="TRG040",
     entry="MN3",
     severity="info",
     name="process-group-default-timeout",
-    message="the process group uses the default collective timeout (10 or 30 minutes)",
-    fix="pass `timeout=datetime.timedelta(...)` where the group is created: longer for slow phases, short while debugging",
+    message="ranks wait in a barrier while rank 0 works alone, under the default collective timeout (10 or 30 minutes)",
+    fix="pass `timeout=datetime.timedelta(...)` where the group is created, longer than the slowest one-sided phase",
     fact="lint.default_collective_timeout",
-    finds="`init_process_group(...)` or `deepspeed.init_distributed(...)` without `timeout=`.",
+    finds=(
+        "`init_process_group(...)` or `deepspeed.init_distributed(...)` without `timeout=`, in a script"
+        " where some ranks wait in a barrier while rank 0 alone works: `if rank == 0: prepare()` followed"
+        " by `barrier()`, or `if rank != 0: barrier()` ahead of the work (the main-process-first pattern)."
+        " A script with no such phase is not reported: there the default window is a number nobody waits on."
+    ),
     why=(
-        "One number decides two opposite failures: a rank that died is noticed only when the window"
-        " expires (the error arrives 10 to 30 minutes after the cause and names the wrong collective),"
-        " and legitimately slow work on one rank (preprocessing, a long save) is killed by the watchdog."
+        "The waiting ranks sit in a collective for as long as rank 0 downloads, preprocesses, evaluates or"
+        " saves. If that outlasts the window (10 or 30 minutes by default) the watchdog kills the job,"
+        " after the work was done; on a bigger dataset or a slower disk the same script starts failing."
         " Set it on purpose; it cannot be changed after the group exists."
     ),
-    example="import torch.distributed as dist\n\ndist.init_process_group('nccl')\n",
+    example=(
+        "import torch.distributed as dist\n\n"
+        "dist.init_process_group('nccl')\n"
+        "if dist.get_rank() == 0:\n"
+        "    tokenize_dataset()\n"
+        "dist.barrier()\n"
+    ),
     fixed=(
         "import datetime\nimport torch.distributed as dist\n\n"
-        "dist.init_process_group('nccl', timeout=datetime.timedelta(minutes=60))\n"
+        "dist.init_process_group('nccl', timeout=datetime.timedelta(hours=2))\n"
+        "if dist.get_rank() == 0:\n"
+        "    tokenize_dataset()\n"
+        "dist.barrier()\n"
     ),
 )
 TRG041 = Rule(
@@ -76,6 +92,32 @@ TRG041 = Rule(
 )
 RULES = (TRG040, TRG041)
 
+_WAITS = frozenset({"barrier", "monitored_barrier", "wait_for_everyone"})
+_CHEAP = frozenset(
+    {
+        "print",
+        "info",
+        "debug",
+        "warning",
+        "warn",
+        "error",
+        "log",
+        "format",
+        "join",
+        "exists",
+        "isdir",
+        "makedirs",
+        "mkdir",
+        "add_scalar",
+        "add_scalars",
+        "flush",
+        "set_description",
+        "str",
+        "len",
+        "int",
+    }
+)
+
 _LOADS = frozenset(
     {
         "load_state_dict",
@@ -94,6 +136,9 @@ _RESUME_KWARGS = frozenset({"ckpt_path", "resume_from_checkpoint", "resume", "ch
 
 
 def _check_timeout(ctx: Context) -> Iterator[Finding]:
+    phase = _one_sided_phase(ctx)
+    if phase is None:
+        return
     for call in ctx.script.calls("init_process_group", "init_distributed"):
         if not call.name.startswith(("torch.distributed", "deepspeed")) or call.has_star_kwargs():
             continue
@@ -105,9 +150,58 @@ def _check_timeout(ctx: Context) -> Iterator[Finding]:
         yield ctx.finding(
             TRG040,
             call.node,
-            f"{call.tail}() without timeout=: a dead or slow rank surfaces only after the default 10-30 minute"
-            " window; set the timeout on purpose",
+            f"{call.tail}() without timeout=: {phase}; if that outlasts the default 10-30 minute window,"
+            " the watchdog kills the job: set the timeout on purpose",
         )
+
+
+def _one_sided_phase(ctx: Context) -> str | None:
+    """Where the collective timeout decides the outcome: some ranks wait in a barrier while rank 0
+    alone works (`if rank == 0: prepare()` then `barrier()`, or `if rank != 0: barrier()` before
+    the work: the main-process-first pattern). Elsewhere the default window is a number nobody
+    waits on, and advice about it on every script is noise."""
+    for call in ctx.script.call_list:
+        if call.tail not in _WAITS or not ctx.ranks.per_rank(call.node):
+            continue
+        comm = communication(ctx, call)
+        if comm is None:
+            continue
+        gate = ctx.ranks.gate(call.node)
+        if gate is not None and gate.side == "nonzero":
+            wait = f"{ctx.script.text(call.node.func, 40)}() at line {call.node.lineno}"
+            return f"the other ranks wait in {wait} ({gate.where}) while rank 0 works ahead alone"
+        if gate is not None:
+            continue
+        for before in _preceding(ctx, call.node):
+            if (
+                isinstance(before, ast.If)
+                and ctx.ranks.side(before.test, ctx.scope(before)) == "zero"
+                and _works(before.body)
+            ):
+                test = ctx.script.text(before.test, 40)
+                wait = f"{ctx.script.text(call.node.func, 40)}() at line {call.node.lineno}"
+                return f"the other ranks wait in {wait} while rank 0 alone works under `if {test}:` (line {before.lineno})"
+    return None
+
+
+def _preceding(ctx: Context, node: ast.AST) -> list[ast.stmt]:
+    """The (up to three) statements just before the one holding `node`, in its block."""
+    stmt = ctx.script.statement_of(node)
+    parent = next(ctx.script.ancestors(stmt), None) if stmt is not None else None
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(parent, field, None)
+        if isinstance(block, list) and stmt in block:
+            at = block.index(stmt)
+            return block[max(0, at - 3) : at]
+    return []
+
+
+def _works(body: list[ast.stmt]) -> bool:
+    """Whether a block does more than print, log or make a directory."""
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.Call) and dotted(node.func).rsplit(".", 1)[-1] not in _CHEAP:
+            return True
+    return False
 
 
 def loads_checkpoint(script: Script) -> bool:

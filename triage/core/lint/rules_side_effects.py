@@ -239,6 +239,17 @@ def _leaves_loop(ctx: Context, call: Call) -> bool:
     return False
 
 
+def _handling(ctx: Context, call: Call, loop: ast.AST) -> bool:
+    """A print in an `except` handler inside the loop reports this rank's own failure (InternVL's
+    dataset retry loop: `except Exception as e: print(e, self.ds_name)`), not N copies of a line."""
+    for parent in ctx.script.ancestors(call.node):
+        if parent is loop:
+            return False
+        if isinstance(parent, ast.ExceptHandler):
+            return True
+    return False
+
+
 def _leaves(stmt: ast.stmt) -> bool:
     if isinstance(stmt, ast.Break | ast.Return | ast.Raise):
         return True
@@ -370,7 +381,7 @@ def _check_prints(ctx: Context) -> Iterator[Finding]:
             loops = loops_of(ctx.script, call.node)
             if not loops or id(loops[-1]) in reported or not _everyone(ctx, call):
                 continue
-            if _print_replaced(ctx, call) or _leaves_loop(ctx, call):
+            if _print_replaced(ctx, call) or _leaves_loop(ctx, call) or _handling(ctx, call, loops[-1]):
                 continue
             if (
                 any(_mentions_rank(ctx, arg, call) for arg in call.node.args)

@@ -10,21 +10,18 @@ nothing of either.
 from __future__ import annotations
 
 import ast
-import io
-import re
-import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
 from triage.core import launchers
-from triage.core.errors import UserError
+from triage.core.lint.rank_terms import MAIN_NAMES
 from triage.core.lint.snippets import implicit_imports
+from triage.core.lint.source import parse
 
 Scope = ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 T = TypeVar("T", bound=ast.AST)
-MAX_SOURCE_CHARS = 5_000_000  # larger than any training script; refuse generated blobs
 
 # Framework markers: the first component of a resolved name, or a resolved name, and what it means.
 _FRAMEWORK_ROOTS = {
@@ -79,16 +76,6 @@ _RANK_ENV = frozenset(
 )
 
 
-class SourceError(UserError):
-    """The input is not Python this lint can read: one line naming the file (and line)."""
-
-    def __init__(self, path: str, problem: str, line: int | None = None) -> None:
-        where = f"{path}:{line}" if line is not None else path
-        super().__init__(f"{where}: {problem}")
-        self.path = path
-        self.line = line
-
-
 @dataclass(frozen=True)
 class Call:
     """A call with its resolved callee (`torch.distributed.barrier`, `accelerator.wait_for_everyone`)."""
@@ -117,46 +104,6 @@ class Call:
 
     def has_star_kwargs(self) -> bool:
         return any(keyword.arg is None for keyword in self.node.keywords)
-
-
-_CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.MULTILINE)
-
-
-def decode_source(data: bytes, path: str) -> str:
-    """The text of a script's bytes (UTF-8, or the encoding its PEP 263 coding line names)."""
-    if len(data) > MAX_SOURCE_CHARS:
-        raise SourceError(path, f"{len(data):,} bytes, too large to be a training script")
-    if b"\x00" in data:
-        raise SourceError(path, "a binary file, not Python source")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        problem = f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
-    if _CODING.search(b"\n".join(data.split(b"\n", 2)[:2])):
-        try:
-            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-            return data.decode(encoding)
-        except (SyntaxError, UnicodeDecodeError, LookupError):
-            pass
-    raise SourceError(path, problem)
-
-
-def parse(source: str, path: str) -> ast.Module:
-    """The syntax tree, or a SourceError naming the file and line."""
-    if len(source) > MAX_SOURCE_CHARS:
-        raise SourceError(path, f"{len(source):,} characters, too large to be a training script")
-    if "\x00" in source:
-        raise SourceError(path, "a binary file, not Python source")
-    try:
-        return ast.parse(source, filename=path)
-    except SyntaxError as exc:
-        return _syntax_error(path, exc)
-    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
-        raise SourceError(path, f"cannot be parsed as Python ({type(exc).__name__})") from None
-
-
-def _syntax_error(path: str, exc: SyntaxError) -> ast.Module:
-    raise SourceError(path, f"syntax error: {exc.msg}", exc.lineno) from None
 
 
 def _position(node: ast.AST) -> tuple[int, int]:
@@ -299,6 +246,8 @@ class Script:
                 or target.endswith("DistributedSampler")
             ) and not _single_process_import(target):
                 found.add("torch.distributed")
+            if target.startswith("transformers.") and target.rsplit(".", 1)[-1] in MAIN_NAMES:
+                found.add("hf_trainer")  # HF examples' `is_main_process(training_args.local_rank)`
         for call in self.call_list:
             name = call.name
             if (
