@@ -163,6 +163,12 @@ def verdict_text(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> s
         verdict_word = f"{verdict_word} (no signature matched; read as a description)"
     lines.append(style.paint(f"{verdict_word}: {entry.id}  {entry.title}", BOLD))
     lines.append(f"  why this entry: {best.reason} (score {shown_score(best.score):.2f})")
+    if verdict.only_symptoms:
+        lines.append(
+            "  only symptoms here: what the log shows (a timeout, a kill, a lost peer, a missing"
+            " traceback) follows any failure; the cause is in output not in this log (the first"
+            " rank to fail, dmesg). The entries below are candidates."
+        )
     lines.append("  evidence:")
     lines += [evidence_line(scan, e) for e in evidence(best)]
     others = [d for d in verdict.diagnoses[1:top] if d.score > 0]
@@ -240,6 +246,7 @@ def _as_json(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> dict[
         "suspect_ranks": verdict.suspect_ranks,
         "torchrun_root_cause_rank": verdict.root_cause_rank,
         "by_query_engine": verdict.by_query_engine,
+        "only_symptoms": verdict.only_symptoms,
         "diagnoses": diagnoses if verdict.found else [],
         "closest": []
         if verdict.found

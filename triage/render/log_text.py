@@ -13,10 +13,11 @@ import os
 import re
 from collections.abc import Sequence
 
+from triage.core.logscan.ordering import order_events
 from triage.core.logscan.rules import is_launcher
 from triage.core.logscan.scanner import Event, Scan
 from triage.core.logscan.structure import SIGTERM_EXIT
-from triage.core.logscan.verdict import Diagnosis, Verdict, order_events
+from triage.core.logscan.verdict import Diagnosis, Verdict
 from triage.render.ranks import RankRow, rank_ranges
 
 

@@ -125,3 +125,83 @@ def test_the_query_engine_reads_the_line_of_code_above_an_exception(kb: Knowledg
     ]
     assert verdict.by_query_engine and verdict.diagnoses[0].entry_id == "E5"
     assert verdict.first_rank == 1
+
+
+NO_ROUTE = """\
+ps-8:796:796 [1] NCCL INFO Bootstrap : Using enp67s0:192.168.1.8<0>
+ps-8:796:796 [1] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation
+ps-8:796:796 [1] NCCL INFO NET/IB : No device found.
+ps-8:796:796 [1] NCCL INFO NET/Socket : Using [0]enp67s0:192.168.1.8<0>
+ps-8:796:796 [1] NCCL INFO Using network Socket
+ps-8:795:822 [0] include/socket.h:409 NCCL WARN Net : Connect to 192.168.1.9<54263> failed : No route to host
+"""
+
+
+def without_signatures(kb: KnowledgeBase, *entry_ids: str) -> KnowledgeBase:
+    """The knowledge with no signatures for these entries: their lines as an unknown error class."""
+    entries = dict(kb.entries)
+    for entry_id in entry_ids:
+        entries[entry_id] = entries[entry_id]._replace(signatures=())
+    return kb._replace(entries=entries)
+
+
+def test_the_first_ranks_reading_needs_a_clear_leader_over_the_log_threshold(kb: KnowledgeBase) -> None:
+    """The query engine's reading of a rank's own error outranks the symptoms only when its leader
+    reaches the log threshold and the runner-up is well behind: two entries close together are
+    a question, not an answer."""
+    from triage.core.logscan.query_reading import LOG_THRESHOLD, OWN_ERROR_LEAD, clear_lead
+    from triage.core.matcher import Hit
+
+    p1, mn2 = kb.entries["P1"], kb.entries["MN2"]
+    assert clear_lead([Hit(p1, LOG_THRESHOLD + 0.05), Hit(mn2, 0.01)], LOG_THRESHOLD)
+    assert not clear_lead([Hit(p1, LOG_THRESHOLD - 0.05), Hit(mn2, 0.01)], LOG_THRESHOLD)
+    close = (LOG_THRESHOLD + 0.1) * (OWN_ERROR_LEAD + 0.1)
+    assert not clear_lead([Hit(p1, LOG_THRESHOLD + 0.1), Hit(mn2, close)], LOG_THRESHOLD)
+
+
+def test_without_an_error_of_its_own_a_weak_match_stays_unanswered(kb: KnowledgeBase) -> None:
+    """The same words with no error line (INFO only): nothing failed that the log shows."""
+    quiet = NO_ROUTE.replace("NCCL WARN", "NCCL INFO")
+    verdict = verdict_for(without_signatures(kb, "P1", "MN2"), quiet)
+    assert not verdict.found
+
+
+def test_the_first_ranks_own_error_outranks_a_timeout_that_only_follows_it(kb: KnowledgeBase) -> None:
+    """Rank 1 raised an error no signature names (real message from a transformers + DeepSpeed
+    thread), then its watchdog timed out (real torch 2.13 line): the timeout is a symptom any
+    failure shows. Rank 1's own words, read by the query engine, name the cause and come first;
+    the timeout stays, below it."""
+    text = (
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/workspace/train.py", line 41, in <module>\n'
+        "[rank1]: ValueError: DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with"
+        " passing a `device_map`.\n"
+        "[rank1]:[E1122 20:37:55.288269587 ProcessGroupNCCL.cpp:689] [Rank 1] Watchdog caught collective"
+        " operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, Timeout(ms)=5000)"
+        " ran for 5012 milliseconds before timing out.\n"
+    )
+    verdict = verdict_for(kb, text)
+    assert verdict.found and verdict.first_rank == 1
+    best, *rest = verdict.diagnoses
+    assert not best.generic and best.explains_first and "own error" in best.reason
+    assert best.entry_id == "E19"  # device_map / low_cpu_mem_usage under several processes
+    assert "MN3" in {d.entry_id for d in rest if d.generic}
+    assert all(d.score < best.score for d in rest)
+
+
+def test_an_error_from_outside_the_stack_gets_no_weak_answer_though_torchrun_reported_it(
+    kb: KnowledgeBase,
+) -> None:
+    """Real output: the user's dataset path is missing, and torchrun reports the worker's exit. The
+    log has a failure, but not one the knowledge is about: the words the query engine finds
+    (`dataloader`, `train`) must not make a diagnosis of it."""
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 417, in _get_dataset\n'
+        "    subfolders = [f.path for f in os.scandir(p) if f.is_dir()]\n"
+        "FileNotFoundError: [Errno 2] No such file or directory: '/data/gx/OCR-CC/data_lmdb/training/label/Synth/'\n"
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 3692921)"
+        " of binary: /home/gx/anaconda3/envs/CCD/bin/python\n"
+    )
+    verdict = verdict_for(kb, text)
+    assert not verdict.found or not any("weakly" in d.reason for d in verdict.diagnoses)

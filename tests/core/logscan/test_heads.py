@@ -82,3 +82,17 @@ def test_nccl_tests_header_twice_is_each_process_running_alone() -> None:
     )
     assert ids(header) == []
     assert ids(header * 2) == ["D2"]
+
+
+def test_every_process_printing_its_import_warning_is_not_every_rank_printing() -> None:
+    """torch 2.13 on a host without NumPy (real output of the reproductions): each of the three
+    processes prints the same UserWarning and the source line it quotes. Warnings are printed once
+    per process whoever prints progress: not D23's duplicated output."""
+    warning = (
+        "/work/main/.venv/lib/python3.11/site-packages/torch/_subclasses/functional_tensor.py:368: UserWarning:"
+        " Failed to initialize NumPy: No module named 'numpy' (Triggered internally at"
+        " /__w/pytorch/pytorch/torch/csrc/utils/tensor_numpy.cpp:84.)\n"
+        '  cpu = _conversion_method_template(device=torch.device("cpu"))\n'
+    )
+    text = warning * 3 + "rank 0 step 0 loss 0.3125\nrank 1 step 0 loss 0.3814\n"
+    assert [i.entry_id for i in from_heads([text], quiet=True)] == []

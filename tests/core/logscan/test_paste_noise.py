@@ -68,3 +68,25 @@ def test_only_the_launcher_summary_means_the_traceback_is_missing(kb: KnowledgeB
     verdict = verdict_for(kb, tail)
     assert verdict.diagnoses[0].entry_id == "P4"
     assert verdict.first_rank == 1
+
+
+@pytest.mark.parametrize(
+    ("run", "entry"), [("D21--default", "D21"), ("D20--default", "D20"), ("MN3--default", "MN3")]
+)
+def test_a_paste_that_lost_its_newlines_reads_as_the_log(kb: KnowledgeBase, run: str, entry: str) -> None:
+    """Real torch 2.13 output pasted where the newlines are lost (one line): the rank prefixes,
+    tracebacks and error lines run together are read apart again, to the same diagnosis and the
+    same first failing rank."""
+    text = output(run)
+    flat = " ".join(line.strip() for line in text.splitlines())
+    plain, read = verdict_for(kb, text), verdict_for(kb, flat)
+    assert plain.diagnoses[0].entry_id == entry
+    assert read.diagnoses[0].entry_id == entry
+    assert read.first_rank == plain.first_rank
+
+
+def test_a_long_line_with_few_marks_is_one_line() -> None:
+    from triage.core.logscan.flattened import split_flattened
+
+    assert split_flattened("RuntimeError: " + "x " * 400) is None
+    assert split_flattened("[rank0]: a " * 10) is None  # short: a line, however many marks

@@ -103,6 +103,8 @@ def test_rank_named_in_the_message() -> None:
     assert rank_in_message("[Rank 1] Watchdog caught collective operation timeout") == 1
     assert rank_in_message("[PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog") == 3
     assert rank_in_message("failed (exitcode: 1) local_rank: 2 (pid: 9) of binary") == 2
+    # torchrun's summary pasted with its layout lost (real paste): `rank2 (local rank: 2)exitcode: -9`
+    assert rank_in_message("rank2 (local rank: 2)exitcode: -9 (pid: 36071)error file: <N/A>") == 2
     assert rank_in_message("loss 3.2") is None
 
 
@@ -111,3 +113,34 @@ def test_rank_from_per_rank_file_names() -> None:
     assert rank_from_path("logs/rank7.log") == 7
     assert rank_from_path("logs/worker_2.txt") == 2
     assert rank_from_path("logs/train.log") is None
+
+
+@pytest.mark.parametrize(
+    ("line", "body"),
+    [
+        (
+            "E0422 05:07:49.013000 204 torch/distributed/elastic/multiprocessing/api.py:732] RuntimeError:"
+            " Cannot re-initialize CUDA in forked subprocess.",
+            "RuntimeError: Cannot re-initialize CUDA in forked subprocess.",
+        ),
+        (
+            "E0422 05:07:49.013000 204 torch/distributed/elastic/multiprocessing/api.py:732]     raise RuntimeError(",
+            "    raise RuntimeError(",
+        ),
+        # the launcher's own report keeps the prefix that says it is the launcher's
+        (
+            "E1122 04:12:07.467000 10825 torch/distributed/elastic/multiprocessing/api.py:869] failed"
+            " (exitcode: 1) local_rank: 0 (pid: 10826) of binary: /usr/bin/python3",
+            None,
+        ),
+        (
+            "E1122 04:12:07.467000 10825 torch/distributed/elastic/agent/server/api.py:721] Error waiting on"
+            " exit barrier. Elapsed: 300.1 seconds",
+            None,
+        ),
+    ],
+)
+def test_the_python_loggers_relay_of_a_worker_traceback_is_peeled(line: str, body: str | None) -> None:
+    """With the fork start method torch's logger relays each line of the worker's traceback behind
+    its own glog prefix (real output, accelerate's notebook_launcher): the line is the worker's."""
+    assert split_prefix(line).body == (line if body is None else body)

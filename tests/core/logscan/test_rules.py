@@ -12,9 +12,10 @@ from pathlib import Path
 
 from triage.core import matcher
 from triage.core.logscan.blocks import canonical_collective, mismatch
+from triage.core.logscan.ordering import order_events
 from triage.core.logscan.patterns import compile_signatures
 from triage.core.logscan.scanner import Scanner
-from triage.core.logscan.verdict import Verdict, decide, fallback_text, order_events
+from triage.core.logscan.verdict import ECHO_FACTOR, Verdict, decide, fallback_text
 from triage.core.model import KnowledgeBase
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -323,3 +324,48 @@ def test_a_second_real_failure_in_the_summary_is_another_failure(kb: KnowledgeBa
     scanner, verdict = scan(kb, (name, changed))
     assert not scanner.scan.no_other_failures
     assert verdict.diagnoses[0].entry_id != "D9"
+
+
+def test_a_worker_traceback_relayed_by_torchs_logger_is_the_workers_own(kb: KnowledgeBase) -> None:
+    """Real output of a fork-started worker (accelerate's notebook_launcher): torch's logger relays
+    its traceback behind `E0422 ... api.py:732]`. That is the worker's error, read as a traceback
+    (no frame `glued behind other output`), and no traceback is missing."""
+    prefix = "E0422 05:07:49.013000 204 torch/distributed/elastic/multiprocessing/api.py:732] "
+    worker = [
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.11/dist-packages/torch/cuda/__init__.py", line 305, in _lazy_init',
+        "    raise RuntimeError(",
+        "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing,"
+        " you must use the 'spawn' start method",
+    ]
+    summary = [
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : 1 (pid: 240)",
+    ]
+    text = "\n".join([prefix + line for line in worker] + summary) + "\n"
+    _, verdict = scan(kb, ("relayed.log", text))
+    assert verdict.first is not None and verdict.first.text.startswith("RuntimeError: Cannot re-initialize")
+    assert verdict.first_rank == 0
+    assert {d.entry_id for d in verdict.diagnoses if d.score >= 0.4} & {"E14"}
+    assert all(d.entry_id != "P4" for d in verdict.diagnoses)
+
+
+def test_a_log_of_symptoms_only_says_so_at_lower_scores(kb: KnowledgeBase) -> None:
+    """Rank 1's watchdog timeout (real torch 2.13 lines) and nothing else: a failure is there, but
+    a timeout follows any failure. The verdict says it has only symptoms, and scores its candidates
+    lower than the same timeout's entry gets beside a cause (which is no 'symptoms only' log)."""
+    timeout = (
+        "[rank1]:[E1122 20:37:55.288269587 ProcessGroupNCCL.cpp:689] [Rank 1] Watchdog caught collective"
+        " operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, Timeout(ms)=5000)"
+        " ran for 5012 milliseconds before timing out.\n"
+    )
+    _, alone = scan(kb, ("timeout.log", timeout))
+    assert alone.found and alone.only_symptoms
+    assert alone.diagnoses[0].entry_id == "MN3" and alone.diagnoses[0].generic
+    cause = "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB\n"
+    _, with_cause = scan(kb, ("both.log", cause + timeout))
+    assert not with_cause.only_symptoms
+    unscaled = max(d.score for d in with_cause.diagnoses if d.entry_id == "MN3") / ECHO_FACTOR
+    assert alone.diagnoses[0].score < unscaled

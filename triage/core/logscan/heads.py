@@ -39,6 +39,9 @@ _NOT_OUTPUT = re.compile(
     r"^\s*(File \"|Traceback|\^+$|~+$|-+$|=+$|\*+$|\[?[IWEF]\d{4} |NCCL |\w*(Error|Exception|Warning)\b"
     r"|(time|host|rank|exitcode|error_file|traceback)\s+: )"  # torchrun's summary, one block per failed rank
 )
+# Python's warnings (`.../functional_tensor.py:368: UserWarning: Failed to initialize NumPy`, then the
+# source line it quotes): every process prints its imports' warnings once, whoever prints progress.
+_PY_WARNING = re.compile(r"^\S+\.py:\d+: \w*Warning: ")
 # A process announcing which rank it is: the same announcement twice means two processes both
 # believe they are that rank (a single-node launch repeated on every node). nccl-tests prints its
 # header (`# nThread 1 nGpus 8 minBytes ...`) once per job: twice, each process ran a job alone.
@@ -103,8 +106,10 @@ def _duplicated_output(heads: list[str]) -> list[Inferred]:
             # the source line a traceback prints under each frame: every rank's traceback has it
             quoted = split.rank in under_frame
             under_frame.discard(split.rank)
-            if body.startswith('File "'):
+            if body.startswith('File "') or _PY_WARNING.match(body):
                 under_frame.add(split.rank)
+                if not body.startswith('File "'):
+                    continue
             if len(body) >= 20 and not quoted and not _NOT_OUTPUT.match(body):
                 counts[body] += 1
     repeated = [line for line, n in counts.items() if n > 1]

@@ -12,6 +12,8 @@ Launchers tag each line with the rank that printed it, each in its own way:
   `(VllmWorkerProcess pid=13359) ` (these name a process, not a rank: peeled, no rank);
 - NCCL's own lines: `host:pid:tid [3] ` where the bracket is the CUDA device, the local rank.
 
+torch's Python logger relaying a worker's traceback at error level (`E0422 05:07:49.013000 204
+torch/distributed/elastic/multiprocessing/api.py:732] `) is peeled too: the rest is the worker's.
 Collectors put a timestamp in front of all of them (`kubectl logs --timestamps`:
 `2024-05-01T12:00:00.123456789Z `, `mpirun --timestamp-output`: `Fri Aug 11 12:31:45 2023`,
 `[2025-05-10 23:09:41] `); it is peeled too, and the timestamp module reads it.
@@ -43,6 +45,21 @@ _COLLECTOR_TIME = re.compile(
     r"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4} ?)"
 )
 
+# torch's Python logger at error level relaying a worker's output (the fork start method:
+# `E0422 05:07:49.013000 204 torch/distributed/elastic/multiprocessing/api.py:732] RuntimeError: ...`,
+# every line of the worker's traceback so). Peeled when what follows has a traceback's shape: that
+# is the worker's own line, where the launcher's reports (`...api.py:869] failed (exitcode: 1)`)
+# keep the prefix that says whose they are. (C++ glog lines, `[E810 ... ProcessGroupNCCL.cpp:683]`,
+# keep theirs: their level is the line's own.)
+# vLLM's logger writes its own shape of it: `ERROR 04-15 00:31:11 worker_base.py:574] `.
+_PY_LOGGER_ERROR = re.compile(
+    r"(?:[EF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? +\d+|(?:ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)"
+    r" [\w./\\-]{1,300}\.py:\d+\] ?"
+)
+_TRACEBACK_SHAPE = re.compile(
+    r"Traceback \(most recent call last\)|\s+\S|File \"|[\w.]{0,200}(?:Error|Exception|Interrupt|Exit)(?::|\s*$)"
+)
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # A paste's indentation and quote marks (`> ` in a reply, `>> ` nested); `>>>` is a prompt, kept.
 _INDENT_STARTS = frozenset(" \t>")
@@ -50,7 +67,7 @@ _PASTE_INDENT = re.compile(r"^(?:\s*>(?!>>)\s?)*\s*")
 
 # Rank named inside the message, most specific first; only used when no prefix names it.
 _BODY_RANK = re.compile(
-    r"\[Rank (?P<a>\d+)\]|\bRank (?P<b>\d+)\]|\[rank(?P<c>\d+)\]|\blocal_rank: (?P<d>\d+)"
+    r"\[Rank (?P<a>\d+)\]|\bRank (?P<b>\d+)\]|\[rank(?P<c>\d+)\]|\blocal[_ ]rank: ?(?P<d>\d+)"
     r"|\brank (?P<e>\d+) (?:is|failed|exhausted)\b|^Rank (?P<f>\d+)\b"
     r"|\bprocess (?P<g>\d+) terminated with (?:signal|exit code)\b"  # mp.spawn's ProcessExitedException
     r"|unrecognized arguments: (?:\S{1,200} ){0,20}--local[-_]rank=(?P<h>\d+)"  # the legacy launcher's argument
@@ -82,7 +99,11 @@ def split_prefix(line: str) -> Split:
         if match is None and rank is None:
             match = _SRUN.match(body)
         if match is None:
-            peeled = (_COLLECTOR_TIME.match(body) if depth == 0 else None) or _PROCESS.match(body)
+            peeled = (
+                (_COLLECTOR_TIME.match(body) if depth == 0 else None)
+                or _PROCESS.match(body)
+                or _relayed(body)
+            )
             if peeled is None and host is None and rank is None:
                 peeled = _PDSH.match(body)
                 host = peeled["host"] if peeled is not None else None
@@ -102,6 +123,14 @@ def split_prefix(line: str) -> Split:
         host = host or nccl.group("host")
         body = body[nccl.end() :]
     return Split(rank, host, body)
+
+
+def _relayed(body: str) -> re.Match[str] | None:
+    """torch's logger's prefix on a line of a worker's traceback it relays, or None."""
+    match = _PY_LOGGER_ERROR.match(body)
+    if match is None or _TRACEBACK_SHAPE.match(body, match.end()) is None:
+        return None
+    return match
 
 
 def clean(line: str) -> str:

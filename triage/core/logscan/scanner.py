@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from triage.core.logscan.blocks import RankReader
+from triage.core.logscan.flattened import split_flattened
 from triage.core.logscan.patterns import STRUCTURAL_ANCHORS, SignatureSet
 from triage.core.logscan.prefixes import clean, rank_from_path, rank_in_message, split_prefix
 from triage.core.logscan.structure import SIGTERM_EXIT, UMBRELLA, Found, Structure
@@ -213,9 +214,18 @@ class Scanner:
     # -- one candidate line --------------------------------------------------------------
 
     def feed_candidate(self, source: int, number: int, line: str, key: bytes | None = None) -> None:
-        """Match one line that passed the prefilter against the signatures and the parsers.
+        """Match one line that passed the prefilter against the signatures and the parsers (a
+        paste's lines run together into one are read one by one: flattened.py).
 
         `key` is the line's shape_key when the caller checked `repeated` with it already."""
+        pieces = split_flattened(line)
+        if pieces is None:
+            self._candidate(source, number, line, key)
+            return
+        for piece in pieces:
+            self._candidate(source, number, piece)
+
+    def _candidate(self, source: int, number: int, line: str, key: bytes | None = None) -> None:
         if key is None:
             key = shape_key(line.encode("utf-8", "replace"))
             if self.repeated(source, key):

@@ -21,11 +21,20 @@ The steps, in the order a person reading eight ranks of output would take them:
 
 from __future__ import annotations
 
-import re
+import dataclasses
 from dataclasses import dataclass, field
 
-from triage.core.logscan.blocks import code_above
+from triage.core.logscan.heads import INTERLEAVED
+from triage.core.logscan.ordering import order_events
+from triage.core.logscan.query_reading import (
+    LOG_THRESHOLD,
+    clear_lead,
+    fallback_text,
+    in_domain,
+    own_text,
+)
 from triage.core.logscan.rules import (
+    MISSING_TRACEBACK,
     consequences,
     inferred,
     is_context,
@@ -50,21 +59,13 @@ CORROBORATION = 0.15
 # A warning (`[W socket.cpp:...]`) names a cause, but when an error line names the failure, the
 # warning only led up to it: it counts for less than that error's own signature.
 WARNING_FACTOR = 0.6
+# The patterns across ranks that only say something failed, not what: a traceback that seems
+# missing, or mixed with others. (One rank failing while the others echo it, D20, is a finding
+# of its own: the reproductions of a diverged rank print exactly that.)
+GENERIC_PATTERNS = frozenset({MISSING_TRACEBACK, INTERLEAVED})
+SYMPTOM_FACTOR = 0.6  # the scores of a verdict that has only symptoms to go by
 THRESHOLD = 0.4  # below it a diagnosis is only "closest", not a finding
 MAX_EVIDENCE = 6
-FALLBACK_CHARS = 6000  # text handed to the query engine when no signature fires
-# The query engine's calibrated score reads as "how often an answer this strong is right": the
-# fallback answers where the engine itself would (its fitted threshold), and only once the log
-# shows that it comes from the stack triage knows (DOMAIN).
-# Words that say a log comes from distributed PyTorch (or its launchers and libraries). A paste
-# with none of them (a Java server's bind error, a Flask traceback, npm) gets no diagnosis from
-# words alone, however many words it shares with an entry ("port", "address already in use").
-DOMAIN = re.compile(
-    r"\b(torch\w*|c10d?|nccl\w*|gloo|cuda\w*|cudnn|gpus?|deepspeed|accelerate|horovod|hvd|megatron"
-    r"|nemo|lightning|pytorch_lightning|transformers|fsdp|ddp|torchrun|mpirun|srun|slurm|nvidia\S*"
-    r"|local_rank|world_size|master_addr|master_port|rank\d*|net/(socket|ib|plugin)|apex|xla|tensorflow)\b",
-    re.IGNORECASE,
-)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ class Diagnosis:
     evidence: tuple[Event, ...]
     reason: str  # one line: why this entry, in the scan's terms
     explains_first: bool = False
+    # a symptom any failure can show (only echoes, only context, a traceback that seems missing):
+    # it says that something failed, not what
+    generic: bool = False
 
 
 @dataclass
@@ -95,40 +99,9 @@ class Verdict:
     closest: list[tuple[str, float, str]] = field(default_factory=list)
     # why the first failing rank is not the first failure's own (its error only echoes another's)
     first_rank_reason: str = ""
-
-
-def order_events(scan: Scan) -> tuple[list[Event], str]:
-    """Events in time order. Lines without a timestamp take the next stamped line's in their
-    source (a traceback is printed just before the launcher's stamped report of it)."""
-    by_source: dict[int, list[Event]] = {}
-    for event in scan.events:
-        by_source.setdefault(event.source, []).append(event)
-    timed = all(any(e.time is not None for e in events) for events in by_source.values())
-    if not timed or not scan.events:
-        # The launcher's console (one source) reports what the per-rank files (the others)
-        # show happening: with no clock to go by, its reports come after the workers' lines.
-        several = len(by_source) > 1
-        return sorted(scan.events, key=lambda e: (several and is_launcher(e), e.source, e.line)), "position"
-    keyed: list[tuple[float, int, int, Event]] = []
-    for source, events in by_source.items():
-        events.sort(key=lambda e: e.line)
-        upcoming: float | None = None
-        filled: list[float] = []
-        for event in reversed(events):
-            if event.time is not None:
-                upcoming = event.time
-            filled.append(upcoming if upcoming is not None else float("inf"))
-        filled.reverse()
-        last: float | None = None  # lines after the last stamp keep the last stamp seen
-        for index, event in enumerate(events):
-            if event.time is not None:
-                last = event.time
-            when = filled[index]
-            if when == float("inf") and last is not None:
-                when = last
-            keyed.append((when, source, event.line, event))
-    keyed.sort(key=lambda k: (k[0], k[1], k[2]))
-    return [k[3] for k in keyed], "time"
+    # every finding is a symptom any failure shows (a timeout, a kill, a peer gone): the cause is in
+    # output the log does not hold, and the diagnoses are candidates, at lower scores
+    only_symptoms: bool = False
 
 
 def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
@@ -165,12 +138,22 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
         score = item.score
         if item.score == 0.0:  # a pattern that lends weight to the entry its signatures found
             score = next((d.score for d in diagnoses if d.entry_id == item.entry_id), 0.0) + FIRST_BONUS
+        generic = item.entry_id in GENERIC_PATTERNS
         diagnoses.append(
-            Diagnosis(item.entry_id, round(score, 3), item.evidence, item.reason, item.explains_first)
+            Diagnosis(
+                item.entry_id, round(score, 3), item.evidence, item.reason, item.explains_first, generic
+            )
         )
     diagnoses = _merge(diagnoses)
     diagnoses.sort(key=lambda d: (-d.score, d.entry_id))
+    if fallback:
+        diagnoses = _own_reading(diagnoses, events, first, scan, kb)
     found = bool(diagnoses) and diagnoses[0].score >= THRESHOLD
+    only_symptoms = found and all(d.generic for d in diagnoses if d.score >= THRESHOLD)
+    if only_symptoms:
+        # Found, for a failure is there; but what the log shows says little about which: every
+        # score says so (one factor for all, so the order of the candidates stands).
+        diagnoses = [dataclasses.replace(d, score=round(d.score * SYMPTOM_FACTOR, 3)) for d in diagnoses]
     verdict = Verdict(
         found=found,
         diagnoses=diagnoses,
@@ -181,10 +164,46 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
         ordered_by=ordered_by,
         root_cause_rank=scan.root_cause_rank,
         first_rank_reason=reason,
+        only_symptoms=only_symptoms,
     )
     if not found and fallback:
         _fall_back(verdict, scan, events, kb)
     return verdict
+
+
+def _own_reading(
+    diagnoses: list[Diagnosis], events: list[Event], first: Event | None, scan: Scan, kb: KnowledgeBase
+) -> list[Diagnosis]:
+    """When every finding is a generic symptom and the first failing rank printed an error of its
+    own that no signature names, the query engine reads that error: a clear answer goes first (at
+    its own calibrated score) and the symptoms below it, for they only say that something failed."""
+    if first is None or first.echo or first.kind not in OWN_ERROR_KINDS or is_launcher(first):
+        return diagnoses
+    strong = [d for d in diagnoses if d.score >= THRESHOLD]
+    if not strong or not all(d.generic for d in strong):
+        return diagnoses
+    from triage.core import matcher
+
+    text = own_text(scan, events, first)
+    match = matcher.rank(kb, text, top=3)
+    if not in_domain(text, scan) or not clear_lead(match.hits, LOG_THRESHOLD):
+        return diagnoses
+    best = match.hits[0]
+    reading = Diagnosis(
+        best.entry.id,
+        max(best.score, THRESHOLD),
+        (first,),
+        "the first failing rank's own error, in the query engine's reading (no signature names it);"
+        " the other findings are symptoms any failure shows",
+        explains_first=True,
+    )
+    below = reading.score - 0.01
+    rest = [
+        dataclasses.replace(d, score=round(min(d.score, below), 3)) if d.generic else d
+        for d in diagnoses
+        if d.entry_id != reading.entry_id
+    ]
+    return sorted([reading, *rest], key=lambda d: (-d.score, d.entry_id))
 
 
 def _closest(verdict: Verdict, hits: list[tuple[str, float]]) -> list[tuple[str, float, str]]:
@@ -327,7 +346,10 @@ def _score(
                 else ("a signature of this failure" if causes else "only where a rank was (frames), not why")
             )
         )
-        result.append(Diagnosis(entry_id, round(score, 3), _pick_evidence(hits), reason, explains_first))
+        generic = all_echo or not causes
+        result.append(
+            Diagnosis(entry_id, round(score, 3), _pick_evidence(hits), reason, explains_first, generic)
+        )
     return result
 
 
@@ -375,28 +397,9 @@ def _merge(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
             tuple(evidence[:MAX_EVIDENCE]),
             high.reason,
             high.explains_first or low.explains_first,
+            high.generic and low.generic,
         )
     return list(merged.values())
-
-
-def fallback_text(scan: Scan, events: list[Event]) -> str:
-    """What the query engine reads when no signature fires: the errors the ranks printed (not the
-    launcher's reports, not echoes), each exception with the line of code its traceback quotes
-    above it, or the start of the log when the scan found none."""
-    parts: list[str] = []
-    seen: set[str] = set()
-    for event in events:
-        wanted = event.kind in OWN_ERROR_KINDS or (event.kind == "hit" and not event.echo)
-        if wanted and not event.echo and not is_launcher(event) and event.text not in seen:
-            seen.add(event.text)
-            code = code_above(scan.heads[event.source], event.line) if event.kind == "exception" else None
-            if code and code not in seen:
-                seen.add(code)
-                parts.append(code)
-            parts.append(event.text)
-    if not parts:
-        parts = [head for head in scan.heads if head.strip()]
-    return "\n".join(parts)[:FALLBACK_CHARS]
 
 
 def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeBase) -> None:
@@ -408,19 +411,18 @@ def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeB
         verdict.closest = _closest(verdict, [])
         return
     match = matcher.rank(kb, text, top=3)
-    in_domain = DOMAIN.search(text) is not None or any(DOMAIN.search(head) for head in scan.heads)
-    if not in_domain or match.best is None or match.verdict == "no_match":
+    # the log's own threshold (query_reading.LOG_THRESHOLD) where the engine's, fitted on
+    # descriptions, would not answer
+    weak = match.verdict == "no_match" and match.best is not None and match.best.score >= LOG_THRESHOLD
+    if not in_domain(text, scan) or match.best is None or (match.verdict == "no_match" and not weak):
         verdict.closest = _closest(verdict, [(hit.entry.id, hit.score) for hit in match.hits])
         return
     evidence = tuple(e for e in events if e.kind in OWN_ERROR_KINDS)[:MAX_EVIDENCE]
+    reason = "no signature names this failure; the query engine finds its words in this entry"
+    if weak:
+        reason += " (below the score a description would need: read it before acting)"
     found = [
-        Diagnosis(
-            hit.entry.id,
-            hit.score,
-            evidence,
-            "no signature names this failure; the query engine finds its words in this entry",
-            explains_first=index == 0,
-        )
+        Diagnosis(hit.entry.id, hit.score, evidence, reason, explains_first=index == 0)
         for index, hit in enumerate(match.hits)
     ]
     verdict.diagnoses = _merge(found + verdict.diagnoses)
