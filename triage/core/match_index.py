@@ -212,14 +212,14 @@ def _speller(
     is no telling a typo from a rare word, and nothing is changed."""
     if zipf is None:
         return None
-    from triage.core.matcher import _edit_distance
+    from triage.core.matcher import closest_term
 
-    shapes: dict[tuple[str, int], list[str]] = {}
+    shapes: dict[tuple[str, int], set[str]] = {}
     for entry in kb.entries.values():
         for _, text in field_texts(entry):
             for term in normalizer.tokens(text):
                 if len(term) >= 4 and term.isalpha() and term.isascii():
-                    shapes.setdefault((term[0], len(term)), []).append(term)
+                    shapes.setdefault((term[0], len(term)), set()).add(term)
     own = {t for found in shapes.values() for t in found}
     fixed: dict[str, str] = {}
 
@@ -231,14 +231,7 @@ def _speller(
         if not all(re.search(rf"(?<![\w./]){re.escape(w)}(?![\w(./])", report) for w in surfaces):
             return term  # written in capitals or as code (ReduceOp, os.getenv): a name, not a typo
         if term not in fixed:
-            limit = 1 if len(term) < 8 else 2
-            best: tuple[int, str] | None = None
-            for size in range(len(term) - limit, len(term) + limit + 1):
-                for known in set(shapes.get((term[0], size), ())):
-                    distance = _edit_distance(term, known, limit)
-                    if distance <= limit and (best is None or (distance, known) < best):
-                        best = (distance, known)
-            fixed[term] = best[1] if best else term
+            fixed[term] = closest_term(term, lambda first, size: shapes.get((first, size), ())) or term
         return fixed[term]
 
     def spell(report: str, tokens: list[str]) -> list[str]:

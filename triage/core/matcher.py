@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from triage.core.model import Entry, KnowledgeBase, QuestionNode
 from triage.core.text import PAIR, Normalizer, foreign_share, pairs
@@ -222,14 +222,7 @@ class Index:
             return None
         shapes = self._data["shapes"]  # decoded only when a word needs correcting
         assert isinstance(shapes, Mapping)
-        limit = 1 if len(term) < 8 else 2
-        best: tuple[int, str] | None = None
-        for size in range(len(term) - limit, len(term) + limit + 1):
-            for known in shapes.get(f"{term[0]}{size}", "").split():
-                distance = _edit_distance(term, known, limit)
-                if distance <= limit and (best is None or (distance, known) < best):
-                    best = (distance, known)
-        return best[1] if best else None
+        return closest_term(term, lambda first, size: shapes.get(f"{first}{size}", "").split())
 
     def in_domain(self, lowered: str) -> bool:
         """Whether a (lower-cased) text holds one of the domain words (knowledge/domain.yaml)."""
@@ -248,6 +241,19 @@ class Index:
             except re.error:
                 self._regex[pattern] = None
         return self._regex[pattern]
+
+
+def closest_term(term: str, shaped: Callable[[str, int], Iterable[str]]) -> str | None:
+    """The known term within one edit of `term` (two for long words), nearest first, then
+    alphabetical; `shaped(first letter, length)` gives the known terms of that shape."""
+    limit = 1 if len(term) < 8 else 2
+    best: tuple[int, str] | None = None
+    for size in range(len(term) - limit, len(term) + limit + 1):
+        for known in shaped(term[0], size):
+            distance = _edit_distance(term, known, limit)
+            if distance <= limit and (best is None or (distance, known) < best):
+                best = (distance, known)
+    return best[1] if best else None
 
 
 def _edit_distance(a: str, b: str, limit: int) -> int:
