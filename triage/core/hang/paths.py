@@ -6,7 +6,7 @@ an `except` that does not raise again."""
 from __future__ import annotations
 
 from triage.core.hang.classify import RankState
-from triage.core.hang.stacks import LineContext
+from triage.core.hang.stacks import Frame, LineContext
 
 
 def context(state: RankState) -> LineContext:
@@ -59,3 +59,53 @@ def how_skipped(ahead: RankState, waiting: RankState) -> tuple[str, str, str] | 
         how = f"it raised in the `try` at line {caught[0]} and the `except` at line {caught[1]} swallowed it"
         return how, " (an exception it caught)", "D20"
     return None
+
+
+def _outermost_first(state: RankState) -> list[tuple[Frame, LineContext]]:
+    return [(f, c or LineContext()) for f, c in reversed(state.path)]
+
+
+def parting(a: RankState, b: RankState) -> tuple[int, LineContext, int, LineContext, int] | None:
+    """Where two ranks' paths part: the deepest user function both stacks run, at different lines,
+    as (a's line, its context, b's line, its context, the index of that frame outermost first)."""
+    pa, pb = _outermost_first(a), _outermost_first(b)
+    for i, ((fa, ca), (fb, cb)) in enumerate(zip(pa, pb, strict=False)):
+        if (fa.file, fa.function) != (fb.file, fb.function):
+            return None
+        if fa.line != fb.line:
+            return fa.line, ca, fb.line, cb, i
+    return None
+
+
+def _own_blocks(mine: LineContext, other_line: int) -> list[tuple[int, int, str]]:
+    """The `if`s and loops around a line that do not hold the other rank's line as well."""
+    return [b for b in mine.blocks if not b[0] <= other_line <= b[1]]
+
+
+def left_early(early: RankState, busy: RankState) -> bool:
+    """`early` waits further down the function where both paths part, on a line no `if` or loop
+    of its own leads to, while `busy` is still in a loop below that point (in the function it
+    called there, or one of its own around its line): `early` got out of that loop first, by
+    running out of data or by a `return` / `break` (the loop of the same function is past_loop's)."""
+    parted = parting(early, busy)
+    if parted is None:
+        return False
+    e_line, e_ctx, b_line, b_ctx, depth = parted
+    if e_line <= b_line or _own_blocks(e_ctx, b_line):
+        return False
+    deeper = _outermost_first(busy)[depth + 1 :]
+    own_loops = [b for b in _own_blocks(b_ctx, e_line) if not b[2].startswith("if ")]
+    return bool(own_loops) or any(c.loop is not None for _, c in deeper)
+
+
+def branch_only(a: RankState, b: RankState) -> tuple[int, str] | None:
+    """The `if` or loop through which `a` reached its collective, which `b`'s path (parting from
+    a's in the same function) does not enter, where `b` has none of its own: a collective under
+    control flow that differs across ranks (a test on local data, a loop over a list that is
+    empty on some ranks). As (its line, its header)."""
+    parted = parting(a, b)
+    if parted is None:
+        return None
+    a_line, a_ctx, b_line, b_ctx, _ = parted
+    mine, theirs = _own_blocks(a_ctx, b_line), _own_blocks(b_ctx, a_line)
+    return (mine[-1][0], mine[-1][2]) if mine and not theirs else None

@@ -37,6 +37,10 @@ class LineContext:
     # `raise` in it): (the `try` line, the handler's line, the last line of the whole statement).
     # A rank that raised in that body went on past the statement, skipping the rest of the body.
     swallowed: tuple[int, int, int] | None = None
+    # The `if`s and loops of the line's own function around it, outermost first, as (first line,
+    # last line, header: "if predictions", "for callback in self.callbacks"): the control flow
+    # a rank went through to get there.
+    blocks: tuple[tuple[int, int, str], ...] = ()
 
 
 @dataclass(frozen=True)
