@@ -1,7 +1,8 @@
 """`triage hang` on hung jobs written apart from the engine: does it name the entry and the odd ranks?
 
 The jobs in eval/hangs/ were written as users write them, without reading triage/core/hang, and
-none is tuned on: each header says its entry (`Label:`), the odd ranks out by construction (`Odd
+none is tuned on (those marked `Held out:` were written after the engine was changed on the
+others, and measured once): each header says its entry (`Label:`), the odd ranks out by construction (`Odd
 ranks:`) and how it is started (`Launch: torchrun N`, `mp.spawn N`, `python N`: one `python` per
 rank from a shell loop with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; `world W`: the world
 size the script asks for where ranks are missing). For each job: start it, wait until it is
@@ -44,6 +45,7 @@ class Job:
     odd: tuple[int, ...]
     launch: str
     scenario: HangScenario
+    held_out: bool  # `Held out:` in its header: written after the engine was changed on the others
 
 
 def read_job(path: Path) -> Job:
@@ -58,7 +60,8 @@ def read_job(path: Path) -> Job:
         path.stem, path.stem, str(path), fields["Label"], odd, nproc=nproc,
         gone=bool(world), launcher=launcher, world=world, idle_ticks=6 if world else 0,
     )  # fmt: skip
-    return Job(path.stem, fields["Label"], odd, fields["Launch"], scenario)
+    held_out = bool(re.search(r"^Held out:", text, re.M))
+    return Job(path.stem, fields["Label"], odd, fields["Launch"], scenario, held_out)
 
 
 def _children(pid: int) -> list[int]:
@@ -165,17 +168,19 @@ def main() -> int:
     args = parser.parse_args()
     jobs = [read_job(p) for p in sorted(JOBS.glob("*.py")) if not args.only or p.stem in args.only]
     print(f"{len(jobs)} hung jobs from {JOBS.relative_to(REPO)}/")
-    totals: dict[str, list[tuple[bool, bool]]] = {"launcher": [], "rank": []}
+    totals: dict[str, list[tuple[bool, bool]]] = {}
     for job in jobs:
         for via, result in run_job(job, args.verbose).items():
-            totals[via].append(result)
-    for via, results in totals.items():
+            totals.setdefault(via, []).append(result)
+            if job.held_out:
+                totals.setdefault(f"{via}, held out", []).append(result)
+    for via, results in sorted(totals.items()):
         n = len(results) or 1
         entry = sum(e for e, _ in results)
         odd = sum(o for _, o in results)
         both = sum(e and o for e, o in results)
         print(
-            f"--pid {via:<8}: entry right {entry}/{len(results)} ({100 * entry / n:.0f} %),"
+            f"--pid {via:<18}: entry right {entry}/{len(results)} ({100 * entry / n:.0f} %),"
             f" odd ranks right {odd}/{len(results)} ({100 * odd / n:.0f} %),"
             f" both {both}/{len(results)} ({100 * both / n:.0f} %)"
         )

@@ -110,3 +110,11 @@ def test_the_jobs_read_right_before_still_read_right() -> None:
     for job, (entry, suspects) in expected.items():
         picture = _job(job)
         assert (picture.diagnoses[0].entry, picture.suspect_ranks) == (entry, suspects), (job, _says(picture))
+
+
+def test_ranks_past_a_loop_over_metrics_are_a_desync_not_out_of_batches() -> None:
+    """Rank 1 has one metric more, so one all_reduce more in the loop over the keys: the others
+    are past that loop, in the barrier, but a loop over a dict of metrics is no loop over the data
+    (D9 is running out of batches); the odd one out is the rank alone in the loop."""
+    picture = _job("h_d19_metric_keys")
+    assert picture.diagnoses[0].entry == "D19" and picture.suspect_ranks == (1,), _says(picture)

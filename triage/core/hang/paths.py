@@ -5,6 +5,8 @@ an `except` that does not raise again."""
 
 from __future__ import annotations
 
+import re
+
 from triage.core.hang.classify import RankState
 from triage.core.hang.stacks import Frame, LineContext
 
@@ -14,14 +16,34 @@ def context(state: RankState) -> LineContext:
     return state.context or LineContext()
 
 
+# A loop over the data (batches, a loader, shards, steps, epochs): running out of it first is D9.
+# A loop over anything else (a dict of metrics, a list of parameters) run a different number of
+# times is a different number of collectives, a desync.
+_DATA_LOOP = re.compile(
+    r"load|batch|data|\bdl\b|_dl\b|sampler|shard|epoch|step|iter|sample|record|example|token|split",
+    re.IGNORECASE,
+)
+
+
+def _over_data(ctx: LineContext, loop: tuple[int, int]) -> bool:
+    header = next((b[2] for b in ctx.blocks if (b[0], b[1]) == loop), "")
+    return not header or bool(_DATA_LOOP.search(header))
+
+
+def _trains(state: RankState) -> bool:
+    """`state` waits in the gradient sync of a training step (DDP's in backward(), FSDP's)."""
+    return "backward" in state.via or "FSDP" in state.via
+
+
 def past_loop(early: RankState, busy: RankState) -> bool:
-    """`early` waits after the end of the loop that `busy` is still inside (same function)."""
+    """`early` waits after the end of the loop over the data that `busy` is still inside (same
+    function)."""
     e, b = context(early), context(busy)
     if not (early.user_frame and busy.user_frame) or early.user_frame.file != busy.user_frame.file:
         return False
     if e.function != b.function or b.loop is None or e.loop == b.loop:
         return False
-    return early.user_frame.line > b.loop[1]
+    return early.user_frame.line > b.loop[1] and (_trains(busy) or _over_data(b, b.loop))
 
 
 def _skipped(ahead: RankState, waiting: RankState) -> tuple[int, str] | None:
@@ -94,8 +116,9 @@ def left_early(early: RankState, busy: RankState) -> bool:
     if e_line <= b_line or _own_blocks(e_ctx, b_line):
         return False
     deeper = _outermost_first(busy)[depth + 1 :]
-    own_loops = [b for b in _own_blocks(b_ctx, e_line) if not b[2].startswith("if ")]
-    return bool(own_loops) or any(c.loop is not None for _, c in deeper)
+    loops = [(b_ctx, b[:2]) for b in _own_blocks(b_ctx, e_line) if not b[2].startswith("if ")]
+    loops += [(c, c.loop) for _, c in deeper if c.loop is not None]
+    return any(_trains(busy) or _over_data(c, loop) for c, loop in loops)
 
 
 def branch_only(a: RankState, b: RankState) -> tuple[int, str] | None:
