@@ -85,6 +85,7 @@ def read_rank(
         worker_pid=worker_pid,
         worker_frames=worker_frames,
         threads=threads,
+        world_asked=dump.world_asked,
     )
 
 

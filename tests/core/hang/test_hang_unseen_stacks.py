@@ -4,6 +4,7 @@ torch 2.13, gloo), each job's script kept beside them as `.py.txt`."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from probes.hang.pyspy import parse_dump
@@ -118,3 +119,17 @@ def test_ranks_past_a_loop_over_metrics_are_a_desync_not_out_of_batches() -> Non
     (D9 is running out of batches); the odd one out is the rank alone in the loop."""
     picture = _job("h_d19_metric_keys")
     assert picture.diagnoses[0].entry == "D19" and picture.suspect_ranks == (1,), _says(picture)
+
+
+def test_ranks_the_group_asks_for_that_nothing_started_are_named() -> None:
+    """torchrun started 2 ranks, the script hard-codes init_process_group(world_size=4): the
+    world size is read from the arguments of the init_process_group frame (py-spy --locals)."""
+    text = (DUMPS / "d1_hardcoded_world_locals_rank0.json").read_text(encoding="utf-8")
+    assert parse_dump(text, 100, rank_of=True).world_asked == 4
+    assert parse_dump(text, 100).world_asked is None  # arguments are read only where asked
+    samples = [replace(_rank("d1_hardcoded_world", r, 2), world_asked=4) for r in range(2)]
+    picture = analyse(samples)
+    assert picture.diagnoses[0].entry == "D1" and picture.suspect_ranks == (2, 3), _says(picture)
+    assert picture.missing_ranks == (2, 3) and "world_size=4" in picture.verdict
+    # without the argument (a process read before it), the same stacks name no rank
+    assert _job("d1_hardcoded_world").suspect_ranks == ()

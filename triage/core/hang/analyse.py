@@ -135,7 +135,31 @@ def analyse(samples: list[RankSample], records: Sequence[RankRecord] = ()) -> Ha
     states += [state_from_record(r) for r in records if r.rank not in seen]
     world = max([0] + [s.world_size or 0 for s in samples] + [r.world_size or 0 for r in records]) or None
     picture = analyse_states(states, world, visible_slots(samples, world))
-    return with_records(picture, read, records)
+    asked = max((s.world_asked or 0 for s in samples), default=0)
+    return with_records(_never_started(picture, asked), read, records)
+
+
+def _never_started(picture: HangPicture, asked: int) -> HangPicture:
+    """A group formed for `asked` ranks (init_process_group's world_size argument) that the
+    launcher never started: those ranks are the missing ones, where the picture is D1."""
+    world = picture.world_size or 0
+    if not (0 < world < asked) or picture.suspect_ranks or not picture.diagnoses:
+        return picture
+    first = picture.diagnoses[0]
+    if first.entry != "D1":
+        return picture
+    never = tuple(range(world, min(asked, world + 64)))
+    line = (
+        f"init_process_group(world_size={asked}) counts {rank_label(never)}, which nothing started "
+        f"(the launcher started {world})"
+    )
+    return replace(
+        picture,
+        suspect_ranks=never,
+        missing_ranks=never,
+        verdict=f"{picture.verdict}: {line}",
+        diagnoses=(replace(first, evidence=(*first.evidence, line)), *picture.diagnoses[1:]),
+    )
 
 
 def with_records(

@@ -74,3 +74,4 @@ class RankSample:
     worker_pid: int = 0  # the DataLoader worker the rank waits on, stuck in the user's code
     worker_frames: tuple[Frame, ...] = ()  # that worker's own frames, innermost first
     threads: tuple[ThreadStack, ...] = ()  # the process's other Python threads
+    world_asked: int | None = None  # init_process_group's world_size argument, where it waits there
