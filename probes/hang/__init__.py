@@ -19,6 +19,7 @@ from probes.hang.discover import (
     all_procs,
     find_agents,
     find_ranks,
+    job_key,
     launcher_label,
     launcher_of,
     read_proc,
@@ -33,14 +34,6 @@ from triage.core.hang.stacks import RankSample
 
 class NoJob(Exception):
     """No rank process to look at; the message says what was looked for."""
-
-
-def _job_key(proc: Proc, procs: dict[int, Proc]) -> tuple[str, str, str]:
-    env = proc.env
-    how = started_as(proc, procs) if proc.rank is None else ""
-    if how:  # the ranks one mp.spawn (or multiprocessing) started
-        return (how, str(proc.ppid), "")
-    return (env.get("TORCHELASTIC_RUN_ID", ""), env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""))
 
 
 def _identity(proc: Proc, host: str, launcher: str = "") -> RankSample:
@@ -92,6 +85,7 @@ def read_rank(
         worker_pid=worker_pid,
         worker_frames=worker_frames,
         threads=threads,
+        world_asked=dump.world_asked,
     )
 
 
@@ -124,7 +118,7 @@ def collect(
     notes: list[str] = []
     jobs: dict[tuple[str, str, str], list[Proc]] = {}
     for proc in ranks:
-        jobs.setdefault(_job_key(proc, procs), []).append(proc)
+        jobs.setdefault(job_key(proc, procs), []).append(proc)
     if len(jobs) > 1 and not pids:
         chosen = max(jobs.values(), key=len)
         others = [p for key, procs in jobs.items() if procs is not chosen for p in procs[:1]]

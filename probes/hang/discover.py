@@ -319,8 +319,31 @@ def descendants(root: int, procs: dict[int, Proc]) -> list[Proc]:
     return found
 
 
+def job_key(proc: Proc, procs: dict[int, Proc]) -> tuple[str, str, str]:
+    """What the ranks of one job share: the mp.spawn (or multiprocessing) parent that started them,
+    else the launcher's run id and the master's address and port."""
+    env = proc.env
+    how = started_as(proc, procs) if proc.rank is None else ""
+    if how:  # the ranks one mp.spawn (or multiprocessing) started
+        return (how, str(proc.ppid), "")
+    return (env.get("TORCHELASTIC_RUN_ID", ""), env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""))
+
+
+def job_mates(proc: Proc, procs: dict[int, Proc]) -> list[Proc]:
+    """Every rank of `proc`'s job on this machine (`proc` itself included): those of the same
+    mp.spawn, or those that meet at the same master address and port. A rank whose job nothing
+    names (its address in the script's own init_method) stands for itself."""
+    key = job_key(proc, procs)
+    if not key[1] and not key[2]:
+        return [proc]
+    return [
+        p for p in procs.values() if p.pid == proc.pid or (_is_rank(p, procs) and job_key(p, procs) == key)
+    ]
+
+
 def find_ranks(pids: list[int] | None = None, procs: dict[int, Proc] | None = None) -> list[Proc]:
-    """Rank processes: those of the PIDs given (a launcher's PID stands for its ranks), else all."""
+    """Rank processes: those of the PIDs given, else all. A launcher's PID stands for its ranks,
+    and a rank's PID for every rank of its job here (the one a user picks from `ps` or `top`)."""
     procs = all_procs() if procs is None else procs
     if pids:
         chosen: dict[int, Proc] = {}
@@ -334,6 +357,8 @@ def find_ranks(pids: list[int] | None = None, procs: dict[int, Proc] | None = No
                     "run triage as the job's user (or as root)"
                 )
             found = [p for p in (proc, *descendants(pid, procs)) if _is_rank(p, procs)]
+            if found and found[0] is proc:
+                found = job_mates(proc, procs)
             if not found and _named_rank(proc, procs):
                 found = [proc]
             chosen.update((p.pid, p) for p in found)

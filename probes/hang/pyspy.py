@@ -6,6 +6,7 @@ also tell a rank that is stuck (same stack) from one that is moving.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -32,6 +33,8 @@ class Dump:
     active: bool
     rank: int | None = None  # read from the stack's arguments, where asked (a spawned rank)
     threads: tuple[ThreadStack, ...] = ()  # the other Python threads, with their stacks
+    # init_process_group's world_size argument, where the arguments were read and it waits there
+    world_asked: int | None = None
 
 
 OVERRIDE_VAR = "TRIAGE_PY_SPY"  # a py-spy to use instead of the one beside python or on PATH
@@ -148,6 +151,7 @@ def parse_dump(text: str, pid: int, rank_of: bool = False) -> Dump:
         raise StackUnreadable(f"process {pid} has no Python thread")
     raw_frames = main.get("frames")
     rank = rank_argument(raw_frames) if rank_of and isinstance(raw_frames, list) else None
+    world = world_argument(raw_frames) if rank_of and isinstance(raw_frames, list) else None
     others = tuple(
         ThreadStack(
             str(t.get("thread_name") or t.get("os_thread_id") or "?"), _frames(t), bool(t.get("active"))
@@ -155,7 +159,22 @@ def parse_dump(text: str, pid: int, rank_of: bool = False) -> Dump:
         for t in threads
         if isinstance(t, dict) and t is not main
     )
-    return Dump(_frames(main), bool(main.get("active")), rank, others[:MAX_THREADS])
+    return Dump(_frames(main), bool(main.get("active")), rank, others[:MAX_THREADS], world)
+
+
+def _in_init(frame: object) -> bool:
+    return (
+        isinstance(frame, dict)
+        and frame.get("name") == "init_process_group"
+        and "torch/distributed/" in str(frame.get("filename", ""))
+    )
+
+
+def world_argument(frames: list[object]) -> int | None:
+    """The world_size a rank passed to init_process_group, where it waits in it (-1, the default,
+    means WORLD_SIZE from the environment: None)."""
+    found = next((f for f in frames if _in_init(f)), None)
+    return _argument(found, ("world_size",)) if isinstance(found, dict) else None
 
 
 def _frames(thread: dict[str, object]) -> tuple[Frame, ...]:
@@ -177,4 +196,9 @@ def sample(pid: int, timeout_s: float, gap_s: float = 0.3, rank_of: bool = False
     except StackUnreadable:
         return first, False
     moved = second.frames != first.frames or second.active
-    return replace(second, rank=first.rank), moved
+    world = first.world_asked
+    if world is None and not moved and any(f.function == "init_process_group" for f in second.frames):
+        # waiting while the group forms: how many ranks did it ask for? (its arguments, read once)
+        with contextlib.suppress(StackUnreadable):
+            world = dump(pid, timeout_s, rank_of=True).world_asked
+    return replace(second, rank=first.rank, world_asked=world), moved

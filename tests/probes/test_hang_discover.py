@@ -90,3 +90,32 @@ def test_a_process_with_rank_on_its_command_line_is_a_rank_only_when_it_runs_tor
         for proc in started:
             proc.kill()
             proc.wait()
+
+
+def _proc(pid: int, ppid: int, argv: tuple[str, ...], **env: str) -> Proc:
+    return Proc(pid, ppid, argv, dict(env))
+
+
+def test_a_rank_s_pid_stands_for_every_rank_of_its_job() -> None:
+    """The PID a user picks from `top` is often a rank's: its job is every rank that meets at the
+    same master (torchrun's workers, or a shell loop's `python` per rank), not another job's."""
+    job = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "none"}
+    procs = {
+        p.pid: p
+        for p in (
+            _proc(10, 1, ("/venv/bin/python", "/venv/bin/torchrun", "--nproc-per-node=2", "train.py")),
+            _proc(11, 10, ("/venv/bin/python", "-u", "train.py"), RANK="0", LOCAL_RANK="0", **job),
+            _proc(12, 10, ("/venv/bin/python", "-u", "train.py"), RANK="1", LOCAL_RANK="1", **job),
+            _proc(21, 1, ("python", "other.py"), RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29600"),
+            _proc(30, 1, ("sh", "-c", "for r in 0 1; do RANK=$r python solo.py & done; wait")),
+            _proc(31, 30, ("python", "solo.py"), RANK="0", WORLD_SIZE="2", MASTER_PORT="29700"),
+            _proc(32, 30, ("python", "solo.py"), RANK="1", WORLD_SIZE="2", MASTER_PORT="29700"),
+            _proc(41, 1, ("python", "own_init.py"), RANK="0"),
+            _proc(42, 1, ("python", "own_init.py"), RANK="1"),
+        )
+    }
+    assert [p.pid for p in find_ranks([12], procs)] == [11, 12]
+    assert [p.pid for p in find_ranks([10], procs)] == [11, 12]  # the launcher, as before
+    assert [p.pid for p in find_ranks([32], procs)] == [31, 32]
+    # no master in the environment (the script's own init_method): nothing ties it to others
+    assert [p.pid for p in find_ranks([42], procs)] == [42]

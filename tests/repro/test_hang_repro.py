@@ -31,10 +31,20 @@ def _hang(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _a_rank(launcher: int, token: str) -> int:
+    """The first rank process the launcher started (the PID a user picks from `top`)."""
+    for pid in sorted(processes_with_token(token)):
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            if int(handle.read().rsplit(b")", 1)[-1].split()[1]) == launcher:
+                return pid
+    raise AssertionError(f"no rank process under launcher {launcher}")
+
+
 @pytest.mark.parametrize("scenario", HANGS, ids=[h.id for h in HANGS])
 def test_a_real_hang_is_named_with_its_suspects_and_line(scenario: HangScenario) -> None:
     with hung_job(scenario) as job:
-        done = _hang("--json", "--pid", str(job.launcher_pid))
+        pid = _a_rank(job.launcher_pid, job.token) if scenario.rank_pid else job.launcher_pid
+        done = _hang("--json", "--pid", str(pid))
         token = job.token
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
@@ -55,7 +65,10 @@ def _assert_named(data: dict[str, Any], scenario: HangScenario) -> None:
             (None, "init", "rendezvous")
         ], why
         return
-    if scenario.gone:  # no process: listed as missing ranks of the world, not as ranks read
+    if scenario.ended:  # a process, but its script is over: no line, the others wait for it
+        assert len(data["ranks"]) == scenario.nproc and suspects, why
+        assert all(r["state"] == "exited" and not r["user_frame"] for r in suspects), why
+    elif scenario.gone:  # no process: listed as missing ranks of the world, not as ranks read
         assert data["missing_ranks"] == list(scenario.suspects) and suspects == []
         assert len(data["ranks"]) == scenario.running
     else:

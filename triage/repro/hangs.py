@@ -51,6 +51,8 @@ class HangScenario:
     nnodes: int = 1  # nodes the launcher expects; only this one is started (no worker starts at all)
     env: tuple[tuple[str, str], ...] = ()  # variables the script reads (its knobs)
     collective: str = ""  # the collective the suspects wait in, where the test checks it
+    ended: bool = False  # the suspects' scripts ended (raised) but a thread keeps their process alive
+    rank_pid: bool = False  # the test reads the job from a rank's PID (the others' by it), not the launcher's
 
     @property
     def path(self) -> str:
@@ -224,6 +226,23 @@ HANGS: tuple[HangScenario, ...] = (
         "D21",
         (0,),
         collective="gather_object",
+    ),
+    HangScenario(
+        "D21-ddp-forward",
+        "rank 0 validates alone through DDP without no_grad(): its forward waits in DDP's buffer broadcast",
+        "hang_ddp_eval_forward.py",
+        "D21",
+        (0,),
+        collective="broadcast",
+        rank_pid=True,
+    ),
+    HangScenario(
+        "D20-alive",
+        "rank 1 raised, but a non-daemon thread keeps its process alive: rank 0 waits in backward() for ever",
+        "hang_thread_alive.py",
+        "D20",
+        (1,),
+        ended=True,
     ),
 )
 # How each launcher starts a job of N local ranks on a loopback port: the command before the script.

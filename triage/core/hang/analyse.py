@@ -1,11 +1,7 @@
 """From every rank's state to the picture of the hang: groups, the odd ranks out, the entries.
 
 The rules read like an engineer comparing eight stacks:
-- ranks waiting in different collectives: a mismatch. When the odd collective sits under a
-  rank-dependent `if`, that branch is the bug (D21); when one rank waits past the end of its loop
-  while the others are still inside it, that rank ran out of batches first (D9); when a rank is
-  at an earlier line of the same loop and a `continue` / `break` between the two lines could
-  have skipped the other collective, that rank skipped it (D19); otherwise a desync (D19).
+- ranks waiting in different collectives: a mismatch, read in mismatch.py (D21, D9, D19).
 - some ranks in a collective, others not: the others are the stragglers; what they do names the
   entry (data loading, a wait, compute: MN3 with P7; gone: D20).
 - every rank in the same collective while the group forms: a partner never arrived (P1, D2, MN2).
@@ -15,31 +11,23 @@ The rules read like an engineer comparing eight stacks:
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from triage.core.hang.classify import JOINING, RankState, classify
-from triage.core.hang.paths import context, how_skipped, past_loop
+from triage.core.hang.mismatch import (
+    GROUPS_WHY,
+    POINT_TO_POINT,
+    Diagnosis,
+    Group,
+    ints,
+    mismatch,
+    rank_label,
+    wait_in_new_group,
+)
 from triage.core.hang.record_compare import agreement, compare, state_from_record
 from triage.core.hang.recorded import RankRecord
 from triage.core.hang.stacks import RankSample
-
-
-@dataclass(frozen=True)
-class Group:
-    """Ranks doing the same thing."""
-
-    ranks: tuple[int | None, ...]
-    state: RankState
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """An entry the hang points at, with the evidence."""
-
-    entry: str
-    evidence: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -57,13 +45,6 @@ class HangPicture:
     recorded: tuple[str, ...] = ()  # what the job's own records (Flight Recorder, NCCL RAS) say
 
 
-def _rank_label(ranks: tuple[int | None, ...]) -> str:
-    known = [r for r in ranks if r is not None]
-    if not known:
-        return "a process"
-    return ("rank " if len(known) == 1 else "ranks ") + ", ".join(str(r) for r in known)
-
-
 def _group(states: list[RankState]) -> tuple[Group, ...]:
     order: dict[tuple[str, str, str], list[RankState]] = {}
     for state in states:
@@ -73,115 +54,8 @@ def _group(states: list[RankState]) -> tuple[Group, ...]:
     return tuple(groups)
 
 
-def _ints(ranks: tuple[int | None, ...]) -> tuple[int, ...]:
-    return tuple(sorted(r for r in ranks if r is not None))
-
-
-def _rank_tests(state: RankState) -> tuple[tuple[str, int, str], ...]:
-    """The rank tests around `state`'s stack, innermost first (only its own line's, from old JSON)."""
-    if state.conditions:
-        return state.conditions
-    test = context(state).rank_condition
-    return ((state.user_frame.file, *test),) if test and state.user_frame else ()
-
-
-def _rank_branch(groups: tuple[Group, ...]) -> tuple[Group, tuple[str, int, str]] | None:
-    """A group whose stack sits in a branch taken on some ranks only: under a rank test (around its
-    own line, or around a call further up: `if rank == 0: save_checkpoint()` with the barrier
-    inside) that the other groups' stacks are not under. A test around every stack singles no
-    rank out."""
-    shared = set.intersection(*(set(_rank_tests(g.state)) for g in groups))
-    found = [(g, [t for t in _rank_tests(g.state) if t not in shared]) for g in groups]
-    own_line = [
-        (g, tests[0]) for g, tests in found if tests and context(g.state).rank_condition == tests[0][1:]
-    ]
-    further_up = [(g, tests[0]) for g, tests in found if tests]
-    chosen = own_line or further_up
-    return chosen[0] if chosen else None
-
-
-# new_group() names each group by how many groups the rank has made: one made on some ranks only
-# (under a rank test) shifts the count, and the next group's members look for each other in vain.
-_GROUPS_WHY = "the ranks have made different process groups (a new_group() called on some ranks only)"
-_GROUPS_DIVERGED = (
-    "in new_group(): every rank of the world must call new_group(), in the same order, even for a "
-    "group it is not in; a group created on some ranks only (under a rank test) makes the next one's "
-    "members wait for each other for ever"
-)
-
-
-def _wait_in_new_group(ranks: tuple[int | None, ...]) -> str:
-    return f"{_rank_label(ranks)} {'waits' if len(ranks) == 1 else 'wait'} {_GROUPS_DIVERGED}"
-
-
-def _mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...], str]:
-    described = "; ".join(f"{_rank_label(g.ranks)} {g.state.describe()}" for g in groups)
-    evidence: tuple[str, ...]
-    forming = [g for g in groups if g.state.collective == "new_group"]
-    if forming:
-        ranks = tuple(r for g in forming for r in g.ranks)
-        lines = (_wait_in_new_group(ranks), described)
-        verdict = f"{_rank_label(ranks)} wait in new_group() while other ranks are past it: {_GROUPS_WHY}"
-        return [Diagnosis("D21", lines), Diagnosis("D19", lines)], _ints(ranks), verdict
-    branch = _rank_branch(groups)
-    if branch is not None:
-        odd, (file, line, test) = branch
-        where = odd.state.user_frame.where() if odd.state.user_frame else ""
-        if context(odd.state).rank_condition == (line, test):
-            inside = f"inside `if {test}:` (line {line})"
-        else:
-            inside = f"reached through a call under `if {test}:` at {file}:{line}"
-        evidence = (
-            f"{_rank_label(odd.ranks)} waits in {odd.state.collective}() at {where}, {inside}, "
-            "a branch the other ranks do not take",
-            described,
-        )
-        verdict = f"{_rank_label(odd.ranks)} is in a collective that only some ranks reach (`if {test}:`)"
-        return [Diagnosis("D21", evidence), Diagnosis("D19", (described,))], _ints(odd.ranks), verdict
-    for early in groups:
-        for busy in groups:
-            if early is not busy and past_loop(early.state, busy.state):
-                evidence = (
-                    f"{_rank_label(early.ranks)} left the loop and waits in {early.state.collective}() at "
-                    f"{early.state.user_frame.where() if early.state.user_frame else '?'}, while "
-                    f"{_rank_label(busy.ranks)} is still inside it ({busy.state.describe()})",
-                )
-                verdict = f"{_rank_label(early.ranks)} ran out of batches before the others"
-                return (
-                    [Diagnosis("D9", evidence), Diagnosis("D22", evidence)],
-                    _ints(early.ranks),
-                    verdict,
-                )
-    for ahead in groups:
-        for waiting in groups:
-            how = how_skipped(ahead.state, waiting.state) if ahead is not waiting else None
-            if how:
-                text, why, second = how
-                evidence = (
-                    f"{_rank_label(ahead.ranks)} skipped {waiting.state.collective}() at "
-                    f"{waiting.state.user_frame.where() if waiting.state.user_frame else '?'}: {text}, and "
-                    f"{_rank_label(waiting.ranks)} waits there",
-                    described,
-                )
-                verdict = f"{_rank_label(ahead.ranks)} skipped a collective the others wait in{why}"
-                return [Diagnosis("D19", evidence), Diagnosis(second, evidence)], _ints(ahead.ranks), verdict
-    sizes = Counter(len(g.ranks) for g in groups)
-    largest = max(len(g.ranks) for g in groups)
-    odd_ranks = (
-        ()
-        if sizes[largest] > 1
-        else _ints(tuple(r for g in groups if len(g.ranks) < largest for r in g.ranks))
-    )
-    verdict = "the ranks wait in different collectives (their collective sequences diverged)"
-    return [Diagnosis("D19", (described,)), Diagnosis("D21", (described,))], odd_ranks, verdict
-
-
 # States of a rank held at an interactive prompt: under a launcher nobody answers it.
 PROMPTS = frozenset({"debugger", "stdin"})
-# Blocking point-to-point calls: every rank of the world in one of them is a cycle of waits.
-POINT_TO_POINT = frozenset(
-    {"recv", "send", "irecv", "isend", "batch_isend_irecv", "recv_object_list", "send_object_list"}
-)
 _PROMPTED = "waits at an interactive prompt (a debugger or input() left in)"
 
 
@@ -193,8 +67,8 @@ def _never_launched(waiting: list[Group]) -> bool:
 
 def _straggler(waiting: list[Group], others: list[Group]) -> tuple[list[Diagnosis], tuple[int, ...], str]:
     odd = [r for g in others for r in g.ranks]
-    label = _rank_label(tuple(odd))
-    lines = tuple(f"{_rank_label(g.ranks)} {g.state.describe()}" for g in [*others, *waiting])
+    label = rank_label(tuple(odd))
+    lines = tuple(f"{rank_label(g.ranks)} {g.state.describe()}" for g in [*others, *waiting])
     kinds = {g.state.kind for g in others}
     if kinds == {"exited"}:
         if _never_launched(waiting):
@@ -202,12 +76,12 @@ def _straggler(waiting: list[Group], others: list[Group]) -> tuple[list[Diagnosi
                 f"{label} never joined: the others wait for it while the process group forms, and no "
                 "launcher started this job (its WORLD_SIZE counts ranks that were never started)"
             )
-            return [Diagnosis("D1", lines), Diagnosis("D20", lines)], _ints(tuple(odd)), verdict
+            return [Diagnosis("D1", lines), Diagnosis("D20", lines)], ints(tuple(odd)), verdict
         verdict = f"{label} is gone while the others wait for it"
-        return [Diagnosis("D20", lines), Diagnosis("MN3", lines)], _ints(tuple(odd)), verdict
+        return [Diagnosis("D20", lines), Diagnosis("MN3", lines)], ints(tuple(odd)), verdict
     if kinds <= PROMPTS:
         verdict = f"{label} {_PROMPTED} while the others wait in a collective"
-        return [Diagnosis("P8", lines), Diagnosis("MN3", lines)], _ints(tuple(odd)), verdict
+        return [Diagnosis("P8", lines), Diagnosis("MN3", lines)], ints(tuple(odd)), verdict
     doing = {
         "data": "is stuck loading data",
         "saving": "is stuck writing a checkpoint",
@@ -222,7 +96,7 @@ def _straggler(waiting: list[Group], others: list[Group]) -> tuple[list[Diagnosi
     verdict = f"{label} {what} while the others wait in a collective"
     return (
         [Diagnosis("MN3", lines), Diagnosis("P7", lines), Diagnosis("D20", lines)],
-        _ints(tuple(odd)),
+        ints(tuple(odd)),
         verdict,
     )
 
@@ -261,7 +135,31 @@ def analyse(samples: list[RankSample], records: Sequence[RankRecord] = ()) -> Ha
     states += [state_from_record(r) for r in records if r.rank not in seen]
     world = max([0] + [s.world_size or 0 for s in samples] + [r.world_size or 0 for r in records]) or None
     picture = analyse_states(states, world, visible_slots(samples, world))
-    return with_records(picture, read, records)
+    asked = max((s.world_asked or 0 for s in samples), default=0)
+    return with_records(_never_started(picture, asked), read, records)
+
+
+def _never_started(picture: HangPicture, asked: int) -> HangPicture:
+    """A group formed for `asked` ranks (init_process_group's world_size argument) that the
+    launcher never started: those ranks are the missing ones, where the picture is D1."""
+    world = picture.world_size or 0
+    if not (0 < world < asked) or picture.suspect_ranks or not picture.diagnoses:
+        return picture
+    first = picture.diagnoses[0]
+    if first.entry != "D1":
+        return picture
+    never = tuple(range(world, min(asked, world + 64)))
+    line = (
+        f"init_process_group(world_size={asked}) counts {rank_label(never)}, which nothing started "
+        f"(the launcher started {world})"
+    )
+    return replace(
+        picture,
+        suspect_ranks=never,
+        missing_ranks=never,
+        verdict=f"{picture.verdict}: {line}",
+        diagnoses=(replace(first, evidence=(*first.evidence, line)), *picture.diagnoses[1:]),
+    )
 
 
 def with_records(
@@ -295,7 +193,7 @@ def with_ras(picture: HangPicture, lines: Sequence[str], suspects: tuple[int, ..
         picture,
         recorded=recorded,
         suspect_ranks=suspects,
-        verdict=f"NCCL RAS: {_rank_label(suspects)} launched fewer operations than the others and did "
+        verdict=f"NCCL RAS: {rank_label(suspects)} launched fewer operations than the others and did "
         "not move between two reads",
         diagnoses=(Diagnosis("MN3", evidence), Diagnosis("P7", evidence), Diagnosis("D20", evidence)),
     )
@@ -315,7 +213,7 @@ def _all_stuck(groups: tuple[Group, ...]) -> str:
         return ""
     first = groups[0]
     return (
-        f"; every rank is {_STUCK[kinds.pop()]} ({_rank_label(first.ranks)} {first.state.describe()}): "
+        f"; every rank is {_STUCK[kinds.pop()]} ({rank_label(first.ranks)} {first.state.describe()}): "
         "a hang in the ranks' own work, not between them"
     )
 
@@ -340,12 +238,12 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
     prompted = [g for g in groups if g.state.kind in PROMPTS]
     if not waiting and prompted:
         ranks = tuple(r for g in prompted for r in g.ranks)
-        lines = tuple(f"{_rank_label(g.ranks)} {g.state.describe()}" for g in groups)
-        verdict = f"{_rank_label(ranks)} {_PROMPTED}"
+        lines = tuple(f"{rank_label(g.ranks)} {g.state.describe()}" for g in groups)
+        verdict = f"{rank_label(ranks)} {_PROMPTED}"
         return HangPicture(
             tuple(states),
             groups,
-            _ints(ranks),
+            ints(ranks),
             (Diagnosis("P8", lines), Diagnosis("P7", lines)),
             verdict,
             world,
@@ -364,7 +262,7 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
     if others:
         diagnoses, suspects, verdict = _straggler(waiting, others)
     elif len(waiting) > 1:
-        diagnoses, suspects, verdict = _mismatch(tuple(waiting))
+        diagnoses, suspects, verdict = mismatch(tuple(waiting))
     else:
         only = waiting[0].state
         who = (
@@ -380,8 +278,8 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
             )
             diagnoses = [Diagnosis("P1", lines), Diagnosis("D2", lines), Diagnosis("P3", lines)]
         elif only.collective == "new_group":
-            verdict = f"every rank seen waits in new_group(): {_GROUPS_WHY}"
-            lines = (*lines, _wait_in_new_group(waiting[0].ranks))
+            verdict = f"every rank seen waits in new_group(): {GROUPS_WHY}"
+            lines = (*lines, wait_in_new_group(waiting[0].ranks))
             diagnoses = [Diagnosis("D21", lines), Diagnosis("D19", lines)]
         elif only.kind == "init" and _never_launched(waiting):
             verdict = (
@@ -405,7 +303,7 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
                 "message that no rank is sending (the ranks' sends and receives are out of order)"
             )
             diagnoses = [Diagnosis("D19", lines), Diagnosis("P7", lines)]
-            suspects = _ints(waiting[0].ranks)
+            suspects = ints(waiting[0].ranks)
         elif whole_world:
             verdict = (
                 f"all {world} ranks wait in the same {only.collective}() and none is missing: the "

@@ -72,6 +72,9 @@ class RankState:
     # (file, line of the `if`, test): a collective reached through a call made only on some ranks.
     conditions: tuple[tuple[str, int, str], ...] = ()
     launcher: str = ""  # what started the rank (torchrun, mp.spawn, ...), NO_LAUNCHER, or "" (unknown)
+    # Every user frame of the stack with the context of its line, innermost first: the calls that
+    # led there, compared with another rank's to find where their paths part.
+    path: tuple[tuple[Frame, LineContext | None], ...] = ()
 
     NO_LAUNCHER: ClassVar[str] = "none"  # a plain `python` per rank: nothing started the ranks
 
@@ -93,7 +96,9 @@ class RankState:
             "waiting": f"waiting outside any collective (sleep, I/O or a lock){where}",
             "computing": f"computing outside any collective{where}",
             "outside": f"in no collective by its Flight Recorder ({self.detail})",
-            "exited": "not running (exited or never started)",
+            "exited": f"not running ({self.detail})"
+            if self.detail
+            else "not running (exited or never started)",
             "unknown": f"stack not readable: {self.detail}",
         }.get(self.kind, self.kind)
 
@@ -224,16 +229,60 @@ def _waits_for_thread(frames: tuple[Frame, ...]) -> bool:
     return not frames or any(mark in frames[0].file for mark in _THREAD_WAITS)
 
 
+# The interpreter's exit: the main thread's script is over (returned, or raised and printed its
+# traceback) and Python waits for the non-daemon threads still running before the process ends.
+_ENDED = "its script ended (returned or raised); a non-daemon thread keeps the process alive"
+
+
+def _script_ended(frames: tuple[Frame, ...]) -> bool:
+    return (
+        bool(frames)
+        and frames[-1].function == "_shutdown"
+        and all(f.file.endswith("/threading.py") for f in frames)
+    )
+
+
 def classify(sample: RankSample) -> RankState:
     """Name what `sample` is doing, and the user frame that led there: its main thread, or the
     thread that waits in a collective while the main thread waits for a thread (join(), a queue,
     a Future, or the interpreter's exit). A main thread stuck anywhere else is the rank's story
-    even when a thread of it sits in a collective."""
+    even when a thread of it sits in a collective; a main thread at the interpreter's exit with no
+    thread in a collective is a rank that has ended, as good as gone for the others."""
     state = _classify_main(sample)
     if state.kind != "waiting" or not _waits_for_thread(sample.frames):
         return state
     thread = next((t for t in sample.threads if in_distributed(t.frames)), None)
-    return _in_thread(state, sample, thread) if thread is not None else state
+    if thread is not None:
+        return _in_thread(state, sample, thread)
+    return replace(state, kind="exited", detail=_ENDED) if _script_ended(sample.frames) else state
+
+
+# Collectives torch issues from C++ with no torch.distributed Python entry point on the stack: an
+# idle thread whose innermost frame is torch's communication code waits for the other ranks there
+# (DDP's constructor checks every rank's parameter shapes and broadcasts rank 0's weights; its
+# forward broadcasts the buffers, BatchNorm's running statistics, from rank 0).
+_COMM_FILES = ("torch/distributed/", "torch/nn/parallel/distributed.py")
+_COMM_NAMES = (
+    ("broadcast", "broadcast"),
+    ("verify_param_shape", "all_gather"),
+    ("gather", "all_gather"),
+    ("reduce", "all_reduce"),
+    ("barrier", "barrier"),
+)
+
+
+def _internal_collective(frames: tuple[Frame, ...]) -> tuple[str, str] | None:
+    """(collective, via) for a stack whose innermost frame is torch's communication code."""
+    if not frames or not any(m in frames[0].file for m in _COMM_FILES) or "/elastic/" in frames[0].file:
+        return None
+    inner = _short(frames[0].function).lower()
+    name = next((n for mark, n in _COMM_NAMES if mark in inner), inner.lstrip("_"))
+    functions = {f.function for f in frames}
+    if "DistributedDataParallel.__init__" in functions:
+        return name, "DDP constructor: every rank must wrap the model"
+    if "DistributedDataParallel.forward" in functions:
+        return name, "DDP forward(): buffers broadcast from rank 0 while grad is enabled"
+    return name, "inside torch.distributed"
 
 
 def _classify_main(sample: RankSample) -> RankState:
@@ -251,6 +300,7 @@ def _classify_main(sample: RankSample) -> RankState:
         context=sample.contexts.get(mine.where()) if mine else None,
         conditions=_conditions(sample),
         launcher=sample.launcher,
+        path=tuple((f, sample.contexts.get(f.where())) for f in frames if not is_library(f.file)),
     )
     # Only above the user's innermost frame: a script run under `python -m pdb` or an IDE's debugger
     # has its frames at the bottom of every stack, and is stopped only when they are on top.
@@ -290,6 +340,9 @@ def _classify_main(sample: RankSample) -> RankState:
     saving = _saver(frames)
     if saving:
         return replace(base, kind="saving", detail=saving)
+    internal = _internal_collective(frames) if not sample.active else None
+    if internal is not None:
+        return replace(base, kind="collective", collective=internal[0], via=internal[1])
     pending = _pending(frames, base.context) if not sample.active else None
     if pending is not None:
         return replace(base, kind="collective", collective=pending[0], via=pending[1])

@@ -5,8 +5,10 @@ an `except` that does not raise again."""
 
 from __future__ import annotations
 
+import re
+
 from triage.core.hang.classify import RankState
-from triage.core.hang.stacks import LineContext
+from triage.core.hang.stacks import Frame, LineContext
 
 
 def context(state: RankState) -> LineContext:
@@ -14,14 +16,34 @@ def context(state: RankState) -> LineContext:
     return state.context or LineContext()
 
 
+# A loop over the data (batches, a loader, shards, steps, epochs): running out of it first is D9.
+# A loop over anything else (a dict of metrics, a list of parameters) run a different number of
+# times is a different number of collectives, a desync.
+_DATA_LOOP = re.compile(
+    r"load|batch|data|\bdl\b|_dl\b|sampler|shard|epoch|step|iter|sample|record|example|token|split",
+    re.IGNORECASE,
+)
+
+
+def _over_data(ctx: LineContext, loop: tuple[int, int]) -> bool:
+    header = next((b[2] for b in ctx.blocks if (b[0], b[1]) == loop), "")
+    return not header or bool(_DATA_LOOP.search(header))
+
+
+def _trains(state: RankState) -> bool:
+    """`state` waits in the gradient sync of a training step (DDP's in backward(), FSDP's)."""
+    return "backward" in state.via or "FSDP" in state.via
+
+
 def past_loop(early: RankState, busy: RankState) -> bool:
-    """`early` waits after the end of the loop that `busy` is still inside (same function)."""
+    """`early` waits after the end of the loop over the data that `busy` is still inside (same
+    function)."""
     e, b = context(early), context(busy)
     if not (early.user_frame and busy.user_frame) or early.user_frame.file != busy.user_frame.file:
         return False
     if e.function != b.function or b.loop is None or e.loop == b.loop:
         return False
-    return early.user_frame.line > b.loop[1]
+    return early.user_frame.line > b.loop[1] and (_trains(busy) or _over_data(b, b.loop))
 
 
 def _skipped(ahead: RankState, waiting: RankState) -> tuple[int, str] | None:
@@ -59,3 +81,54 @@ def how_skipped(ahead: RankState, waiting: RankState) -> tuple[str, str, str] | 
         how = f"it raised in the `try` at line {caught[0]} and the `except` at line {caught[1]} swallowed it"
         return how, " (an exception it caught)", "D20"
     return None
+
+
+def _outermost_first(state: RankState) -> list[tuple[Frame, LineContext]]:
+    return [(f, c or LineContext()) for f, c in reversed(state.path)]
+
+
+def parting(a: RankState, b: RankState) -> tuple[int, LineContext, int, LineContext, int] | None:
+    """Where two ranks' paths part: the deepest user function both stacks run, at different lines,
+    as (a's line, its context, b's line, its context, the index of that frame outermost first)."""
+    pa, pb = _outermost_first(a), _outermost_first(b)
+    for i, ((fa, ca), (fb, cb)) in enumerate(zip(pa, pb, strict=False)):
+        if (fa.file, fa.function) != (fb.file, fb.function):
+            return None
+        if fa.line != fb.line:
+            return fa.line, ca, fb.line, cb, i
+    return None
+
+
+def _own_blocks(mine: LineContext, other_line: int) -> list[tuple[int, int, str]]:
+    """The `if`s and loops around a line that do not hold the other rank's line as well."""
+    return [b for b in mine.blocks if not b[0] <= other_line <= b[1]]
+
+
+def left_early(early: RankState, busy: RankState) -> bool:
+    """`early` waits further down the function where both paths part, on a line no `if` or loop
+    of its own leads to, while `busy` is still in a loop below that point (in the function it
+    called there, or one of its own around its line): `early` got out of that loop first, by
+    running out of data or by a `return` / `break` (the loop of the same function is past_loop's)."""
+    parted = parting(early, busy)
+    if parted is None:
+        return False
+    e_line, e_ctx, b_line, b_ctx, depth = parted
+    if e_line <= b_line or _own_blocks(e_ctx, b_line):
+        return False
+    deeper = _outermost_first(busy)[depth + 1 :]
+    loops = [(b_ctx, b[:2]) for b in _own_blocks(b_ctx, e_line) if not b[2].startswith("if ")]
+    loops += [(c, c.loop) for _, c in deeper if c.loop is not None]
+    return any(_trains(busy) or _over_data(c, loop) for c, loop in loops)
+
+
+def branch_only(a: RankState, b: RankState) -> tuple[int, str] | None:
+    """The `if` or loop through which `a` reached its collective, which `b`'s path (parting from
+    a's in the same function) does not enter, where `b` has none of its own: a collective under
+    control flow that differs across ranks (a test on local data, a loop over a list that is
+    empty on some ranks). As (its line, its header)."""
+    parted = parting(a, b)
+    if parted is None:
+        return None
+    a_line, a_ctx, b_line, b_ctx, _ = parted
+    mine, theirs = _own_blocks(a_ctx, b_line), _own_blocks(b_ctx, a_line)
+    return (mine[-1][0], mine[-1][2]) if mine and not theirs else None

@@ -89,6 +89,46 @@ def _swallowed(chain: list[ast.AST], line: int) -> tuple[int, int, int] | None:
     return None
 
 
+_EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+def _early_exits(tree: ast.AST, chain: list[ast.AST], source: str) -> list[tuple[int, str]]:
+    """Rank tests that send some ranks away before they reach the line: an `if rank != 0:
+    return` (or `raise`, `continue`, `break`) earlier in the line's own function, at any level of
+    the blocks around it, innermost first. The line runs only where the test is false."""
+    start = max((i + 1 for i, n in enumerate(chain) if isinstance(n, _FUNCTIONS)), default=0)
+    found: list[tuple[int, str]] = []
+    for container, child in zip([tree, *chain][start:], chain[start:], strict=False):
+        for block in ("body", "orelse", "finalbody"):
+            statements = getattr(container, block, None)
+            if not isinstance(statements, list) or child not in statements:
+                continue
+            for sibling in statements[: statements.index(child)]:
+                if not isinstance(sibling, ast.If) or not sibling.body:
+                    continue
+                test = ast.get_source_segment(source, sibling.test) or ""
+                if isinstance(sibling.body[-1], _EXITS) and RANK_TEST.search(test):
+                    found.append((sibling.lineno, f"not ({test})"))
+    return found[::-1]
+
+
+def _header(node: ast.AST, source: str) -> str:
+    if isinstance(node, ast.If | ast.While):
+        return f"{'if' if isinstance(node, ast.If) else 'while'} {ast.get_source_segment(source, node.test) or ''}"
+    if isinstance(node, ast.For | ast.AsyncFor):
+        target = ast.get_source_segment(source, node.target) or ""
+        return f"for {target} in {ast.get_source_segment(source, node.iter) or ''}"
+    return ""
+
+
+def _blocks(chain: list[ast.AST], source: str) -> tuple[tuple[int, int, str], ...]:
+    """The `if`s and loops around the line inside its own function, outermost first."""
+    start = max((i + 1 for i, n in enumerate(chain) if isinstance(n, _FUNCTIONS)), default=0)
+    return tuple(
+        (*_span(n), _header(n, source)) for n in chain[start:] if isinstance(n, (ast.If, ast.While, *_LOOPS))
+    )
+
+
 def line_context(source: str, line: int) -> LineContext:
     """The context of `line` in `source`; an empty context when the source does not parse."""
     try:
@@ -107,6 +147,7 @@ def line_context(source: str, line: int) -> LineContext:
             test = ast.get_source_segment(source, node.test) or ""
             if RANK_TEST.search(test):
                 conditions.append((node.lineno, test))
+    conditions += _early_exits(tree, chain, source)
     loop_node = next((n for n in reversed(chain) if isinstance(n, _LOOPS)), None)
     # A loop outside the current function does not count: the frame's own loop decides.
     if loop_node is not None:
@@ -121,4 +162,5 @@ def line_context(source: str, line: int) -> LineContext:
         loop=_span(loop_node) if loop_node is not None else None,
         jumps=_jumps(loop_node) if loop_node is not None else (),
         swallowed=_swallowed(chain, line),
+        blocks=_blocks(chain, source),
     )

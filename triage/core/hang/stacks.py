@@ -37,6 +37,10 @@ class LineContext:
     # `raise` in it): (the `try` line, the handler's line, the last line of the whole statement).
     # A rank that raised in that body went on past the statement, skipping the rest of the body.
     swallowed: tuple[int, int, int] | None = None
+    # The `if`s and loops of the line's own function around it, outermost first, as (first line,
+    # last line, header: "if predictions", "for callback in self.callbacks"): the control flow
+    # a rank went through to get there.
+    blocks: tuple[tuple[int, int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,3 +74,4 @@ class RankSample:
     worker_pid: int = 0  # the DataLoader worker the rank waits on, stuck in the user's code
     worker_frames: tuple[Frame, ...] = ()  # that worker's own frames, innermost first
     threads: tuple[ThreadStack, ...] = ()  # the process's other Python threads
+    world_asked: int | None = None  # init_process_group's world_size argument, where it waits there

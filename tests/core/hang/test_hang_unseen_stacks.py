@@ -1,0 +1,135 @@
+"""The hang analysis on real stacks of hung jobs written apart from it (eval/hangs/, read by
+bench/bench_hang_unseen.py): py-spy's dumps of every rank (tests/fixtures/hang/pyspy/unseen/,
+torch 2.13, gloo), each job's script kept beside them as `.py.txt`."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from probes.hang.pyspy import parse_dump
+from triage.core.hang.analyse import HangPicture, analyse
+from triage.core.hang.classify import classify
+from triage.core.hang.source_context import line_context
+from triage.core.hang.stacks import RankSample
+
+DUMPS = Path(__file__).resolve().parents[2] / "fixtures" / "hang" / "pyspy" / "unseen"
+
+
+def _rank(job: str, rank: int, world: int, launcher: str = "torchrun") -> RankSample:
+    text = (DUMPS / f"{job}_rank{rank}.json").read_text(encoding="utf-8").replace("{SCRIPTS}", str(DUMPS))
+    dump = parse_dump(text, 100 + rank)
+    frames = (*dump.frames, *(f for t in dump.threads for f in t.frames))
+    contexts = {
+        f.where(): line_context(Path(f.file + ".txt").read_text(encoding="utf-8"), f.line)
+        for f in frames
+        if f.file.startswith(str(DUMPS))
+    }
+    return RankSample(
+        pid=100 + rank, host="n1", rank=rank, world_size=world, local_world_size=world, frames=dump.frames,
+        active=dump.active, contexts=contexts, launcher=launcher, threads=dump.threads, master_addr="127.0.0.1",
+    )  # fmt: skip
+
+
+def _job(job: str, launcher: str = "torchrun") -> HangPicture:
+    world = len(list(DUMPS.glob(f"{job}_rank*.json")))
+    return analyse([_rank(job, r, world, launcher) for r in range(world)])
+
+
+def _says(picture: HangPicture) -> str:
+    return f"{[d.entry for d in picture.diagnoses]} {picture.suspect_ranks} {picture.verdict}"
+
+
+def test_ddp_s_constructor_waits_for_the_other_ranks_in_a_collective() -> None:
+    """DDP's constructor checks every rank's parameter shapes from C++: no torch.distributed
+    collective is on the stack, only _verify_param_shape_across_processes."""
+    state = classify(_rank("mn3_flag_file", 0, 2))
+    assert (state.kind, state.collective) == ("collective", "all_gather"), state
+    assert "DDP constructor" in state.via
+    picture = _job("mn3_flag_file")  # rank 1 polls for a file in a sleep loop
+    assert picture.diagnoses[0].entry == "MN3" and picture.suspect_ranks == (1,), _says(picture)
+
+
+def test_a_ddp_forward_waits_in_its_buffer_broadcast() -> None:
+    state = classify(_rank("d21_eval_ddp_forward", 0, 2))
+    assert (state.kind, state.collective) == ("collective", "broadcast"), state
+    assert "DDP forward()" in state.via
+    picture = _job("d21_eval_ddp_forward")
+    assert picture.diagnoses[0].entry == "D21" and picture.suspect_ranks == (0,), _says(picture)
+
+
+def test_a_rank_whose_script_ended_while_a_thread_keeps_it_alive_is_gone() -> None:
+    state = classify(_rank("d20_crash_thread_alive", 1, 2))
+    assert state.kind == "exited" and "script ended" in state.detail, state
+    picture = _job("d20_crash_thread_alive")
+    assert picture.diagnoses[0].entry == "D20" and picture.suspect_ranks == (1,), _says(picture)
+
+
+def test_an_early_return_under_a_rank_test_makes_the_rest_of_the_function_rank_conditional() -> None:
+    picture = _job("d21_helper_reduce")  # `if dist.get_rank() != 0: return` before the reduce
+    assert picture.diagnoses[0].entry == "D21" and picture.suspect_ranks == (0,), _says(picture)
+    assert "dist.get_rank() != 0" in picture.diagnoses[0].evidence[0]
+
+
+def test_a_collective_in_a_loop_over_a_list_other_ranks_do_not_enter_is_d21() -> None:
+    """A callback list built on rank 0 only: no rank test on any stack, but rank 0's barrier is
+    reached through `for callback in self.callbacks`, which rank 1 passed without entering."""
+    picture = _job("d21_callback_barrier")
+    assert picture.diagnoses[0].entry == "D21" and picture.suspect_ranks == (0,), _says(picture)
+    assert "for callback in self.callbacks" in picture.diagnoses[0].evidence[0]
+
+
+def test_a_collective_under_a_data_test_names_the_rank_that_did_not_take_it() -> None:
+    picture = _job("d21_gather_object_empty_shard")  # ranks 0-2 gather, rank 3's shard is empty
+    assert picture.diagnoses[0].entry == "D21" and picture.suspect_ranks == (3,), _says(picture)
+
+
+def test_a_rank_that_returned_from_the_training_function_left_its_loop_early() -> None:
+    picture = _job("d9_spawn_early_return", launcher="torch.multiprocessing.spawn")
+    assert picture.diagnoses[0].entry == "D9" and picture.suspect_ranks == (1,), _says(picture)
+
+
+def test_a_receive_with_no_send_is_a_desync_not_a_rank_conditional_collective() -> None:
+    picture = _job("d19_recv_no_send")  # rank 1's recv sits under `else:` of `if rank == 0:`
+    assert picture.diagnoses[0].entry == "D19" and picture.suspect_ranks == (1,), _says(picture)
+
+
+def test_one_rank_ahead_of_two_is_the_odd_one_out() -> None:
+    picture = _job("d19_swallowed_step")  # rank 1 swallowed an exception and skipped a step
+    assert picture.diagnoses[0].entry == "D19" and picture.suspect_ranks == (1,), _says(picture)
+
+
+def test_the_jobs_read_right_before_still_read_right() -> None:
+    expected = {
+        "d9_token_budget": ("D9", (1,)),
+        "d19_order_stop_flag": ("D19", (0,)),
+        "d21_new_group_half": ("D21", (0, 1)),
+        "mn3_prefetch_queue": ("MN3", (1,)),
+        "p8_overwrite_prompt": ("P8", (0,)),
+        "d21_broadcast_config_by_hand": ("D21", (0,)),
+    }
+    for job, (entry, suspects) in expected.items():
+        picture = _job(job)
+        assert (picture.diagnoses[0].entry, picture.suspect_ranks) == (entry, suspects), (job, _says(picture))
+
+
+def test_ranks_past_a_loop_over_metrics_are_a_desync_not_out_of_batches() -> None:
+    """Rank 1 has one metric more, so one all_reduce more in the loop over the keys: the others
+    are past that loop, in the barrier, but a loop over a dict of metrics is no loop over the data
+    (D9 is running out of batches); the odd one out is the rank alone in the loop."""
+    picture = _job("h_d19_metric_keys")
+    assert picture.diagnoses[0].entry == "D19" and picture.suspect_ranks == (1,), _says(picture)
+
+
+def test_ranks_the_group_asks_for_that_nothing_started_are_named() -> None:
+    """torchrun started 2 ranks, the script hard-codes init_process_group(world_size=4): the
+    world size is read from the arguments of the init_process_group frame (py-spy --locals)."""
+    text = (DUMPS / "d1_hardcoded_world_locals_rank0.json").read_text(encoding="utf-8")
+    assert parse_dump(text, 100, rank_of=True).world_asked == 4
+    assert parse_dump(text, 100).world_asked is None  # arguments are read only where asked
+    samples = [replace(_rank("d1_hardcoded_world", r, 2), world_asked=4) for r in range(2)]
+    picture = analyse(samples)
+    assert picture.diagnoses[0].entry == "D1" and picture.suspect_ranks == (2, 3), _says(picture)
+    assert picture.missing_ranks == (2, 3) and "world_size=4" in picture.verdict
+    # without the argument (a process read before it), the same stacks name no rank
+    assert _job("d1_hardcoded_world").suspect_ranks == ()

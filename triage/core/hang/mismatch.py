@@ -1,0 +1,194 @@
+"""Ranks that wait in different collectives: which of them took another path, and why.
+
+The rules read like an engineer comparing the stacks: a collective under a rank-dependent `if`
+(or past an early `return` under one) is the bug (D21); a send or receive with no partner is a
+desync (D19); a rank waiting past the end of the loop the others are still in ran out of batches
+(D9); a `continue` / `break` or a swallowed exception that jumped over the others' collective is
+a skip (D19); a collective reached through an `if` or a loop the other ranks passed without
+entering is a collective under control flow that differs across ranks (D21); otherwise a desync
+(D19). The odd ranks out are the side that took the other path, or the rest where they are fewer.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from triage.core.hang.classify import RankState
+from triage.core.hang.paths import branch_only, context, how_skipped, left_early, past_loop
+
+
+@dataclass(frozen=True)
+class Group:
+    """Ranks doing the same thing."""
+
+    ranks: tuple[int | None, ...]
+    state: RankState
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """An entry the hang points at, with the evidence."""
+
+    entry: str
+    evidence: tuple[str, ...]
+
+
+def rank_label(ranks: tuple[int | None, ...]) -> str:
+    """`rank 3`, `ranks 0, 1`, or `a process` where no rank is known."""
+    known = [r for r in ranks if r is not None]
+    if not known:
+        return "a process"
+    return ("rank " if len(known) == 1 else "ranks ") + ", ".join(str(r) for r in known)
+
+
+# Blocking point-to-point calls: every rank of the world in one of them is a cycle of waits.
+POINT_TO_POINT = frozenset(
+    {"recv", "send", "irecv", "isend", "batch_isend_irecv", "recv_object_list", "send_object_list"}
+)
+
+
+def ints(ranks: tuple[int | None, ...]) -> tuple[int, ...]:
+    """The known ranks, sorted."""
+    return tuple(sorted(r for r in ranks if r is not None))
+
+
+def _rank_tests(state: RankState) -> tuple[tuple[str, int, str], ...]:
+    """The rank tests around `state`'s stack, innermost first (only its own line's, from old JSON)."""
+    if state.conditions:
+        return state.conditions
+    test = context(state).rank_condition
+    return ((state.user_frame.file, *test),) if test and state.user_frame else ()
+
+
+def _rank_branch(groups: tuple[Group, ...]) -> tuple[Group, tuple[str, int, str]] | None:
+    """A group whose stack sits in a branch taken on some ranks only: under a rank test (around its
+    own line, or around a call further up: `if rank == 0: save_checkpoint()` with the barrier
+    inside) that the other groups' stacks are not under. A test around every stack singles no
+    rank out."""
+    shared = set.intersection(*(set(_rank_tests(g.state)) for g in groups))
+    found = [(g, [t for t in _rank_tests(g.state) if t not in shared]) for g in groups]
+    own_line = [
+        (g, tests[0]) for g, tests in found if tests and context(g.state).rank_condition == tests[0][1:]
+    ]
+    further_up = [(g, tests[0]) for g, tests in found if tests]
+    chosen = own_line or further_up
+    return chosen[0] if chosen else None
+
+
+# new_group() names each group by how many groups the rank has made: one made on some ranks only
+# (under a rank test) shifts the count, and the next group's members look for each other in vain.
+GROUPS_WHY = "the ranks have made different process groups (a new_group() called on some ranks only)"
+_GROUPS_DIVERGED = (
+    "in new_group(): every rank of the world must call new_group(), in the same order, even for a "
+    "group it is not in; a group created on some ranks only (under a rank test) makes the next one's "
+    "members wait for each other for ever"
+)
+
+
+def wait_in_new_group(ranks: tuple[int | None, ...]) -> str:
+    """Why `ranks` wait in new_group() for ever."""
+    return f"{rank_label(ranks)} {'waits' if len(ranks) == 1 else 'wait'} {_GROUPS_DIVERGED}"
+
+
+def _fewer(side: Group, groups: tuple[Group, ...]) -> tuple[int, ...]:
+    """The odd ranks out when `side` took the other path: `side`, unless the rest are fewer (three
+    ranks in a collective under a test, one past it: that one is the odd rank out)."""
+    rest = tuple(r for g in groups if g is not side for r in g.ranks)
+    return ints(rest) if 0 < len(rest) < len(side.ranks) else ints(side.ranks)
+
+
+def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...], str]:
+    """The entries, the odd ranks out and the verdict for `groups` waiting in different collectives."""
+    described = "; ".join(f"{rank_label(g.ranks)} {g.state.describe()}" for g in groups)
+    evidence: tuple[str, ...]
+    forming = [g for g in groups if g.state.collective == "new_group"]
+    if forming:
+        ranks = tuple(r for g in forming for r in g.ranks)
+        lines = (wait_in_new_group(ranks), described)
+        verdict = f"{rank_label(ranks)} wait in new_group() while other ranks are past it: {GROUPS_WHY}"
+        return [Diagnosis("D21", lines), Diagnosis("D19", lines)], ints(ranks), verdict
+    # send / recv are called on some ranks only by design: a rank test around them is no bug, a
+    # receive (or send) that waits while the other ranks are past it has no partner.
+    p2p = [g for g in groups if g.state.collective in POINT_TO_POINT]
+    if p2p and len(p2p) < len(groups):
+        ranks = tuple(r for g in p2p for r in g.ranks)
+        lines = (
+            f"{rank_label(ranks)} {p2p[0].state.describe()}: no rank is sending (or receiving) the "
+            "matching message, the others are past it",
+            described,
+        )
+        verdict = f"{rank_label(ranks)} waits in {p2p[0].state.collective}() with no matching partner"
+        return [Diagnosis("D19", lines), Diagnosis("D21", lines)], ints(ranks), verdict
+    branch = _rank_branch(groups)
+    if branch is not None:
+        odd, (file, line, test) = branch
+        where = odd.state.user_frame.where() if odd.state.user_frame else ""
+        if context(odd.state).rank_condition == (line, test):
+            inside = f"inside `if {test}:` (line {line})"
+        else:
+            inside = f"reached through a call under `if {test}:` at {file}:{line}"
+        evidence = (
+            f"{rank_label(odd.ranks)} waits in {odd.state.collective}() at {where}, {inside}, "
+            "a branch the other ranks do not take",
+            described,
+        )
+        verdict = f"{rank_label(odd.ranks)} is in a collective that only some ranks reach (`if {test}:`)"
+        return [Diagnosis("D21", evidence), Diagnosis("D19", (described,))], _fewer(odd, groups), verdict
+    for early in groups:
+        for busy in groups:
+            if early is not busy and (
+                past_loop(early.state, busy.state) or left_early(early.state, busy.state)
+            ):
+                evidence = (
+                    f"{rank_label(early.ranks)} left the loop and waits in {early.state.collective}() at "
+                    f"{early.state.user_frame.where() if early.state.user_frame else '?'}, while "
+                    f"{rank_label(busy.ranks)} is still inside it ({busy.state.describe()})",
+                )
+                verdict = f"{rank_label(early.ranks)} ran out of batches before the others"
+                return (
+                    [Diagnosis("D9", evidence), Diagnosis("D22", evidence)],
+                    ints(early.ranks),
+                    verdict,
+                )
+    for ahead in groups:
+        for waiting in groups:
+            how = how_skipped(ahead.state, waiting.state) if ahead is not waiting else None
+            if how:
+                text, why, second = how
+                evidence = (
+                    f"{rank_label(ahead.ranks)} skipped {waiting.state.collective}() at "
+                    f"{waiting.state.user_frame.where() if waiting.state.user_frame else '?'}: {text}, and "
+                    f"{rank_label(waiting.ranks)} waits there",
+                    described,
+                )
+                verdict = f"{rank_label(ahead.ranks)} skipped a collective the others wait in{why}"
+                return (
+                    [Diagnosis("D19", evidence), Diagnosis(second, evidence)],
+                    _fewer(ahead, groups),
+                    verdict,
+                )
+    for odd in groups:
+        for other in groups:
+            found = branch_only(odd.state, other.state) if odd is not other else None
+            if found:
+                where = odd.state.user_frame.where() if odd.state.user_frame else "?"
+                evidence = (
+                    f"{rank_label(odd.ranks)} waits in {odd.state.collective}() at {where}, reached "
+                    f"through `{found[1]}` (line {found[0]}), which {rank_label(other.ranks)} passed "
+                    "without entering: a collective under a condition or loop that differs across ranks",
+                    described,
+                )
+                verdict = (
+                    f"{rank_label(odd.ranks)} is in a collective that only some ranks reach (`{found[1]}`)"
+                )
+                return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], _fewer(odd, groups), verdict
+    sizes = Counter(len(g.ranks) for g in groups)
+    largest = max(len(g.ranks) for g in groups)
+    odd_ranks = (
+        ()
+        if sizes[largest] > 1
+        else ints(tuple(r for g in groups if len(g.ranks) < largest for r in g.ranks))
+    )
+    verdict = "the ranks wait in different collectives (their collective sequences diverged)"
+    return [Diagnosis("D19", (described,)), Diagnosis("D21", (described,))], odd_ranks, verdict
