@@ -2,7 +2,8 @@
 of the epoch, while the other rank goes on into the next all-reduce.
 label: D9
 alternates: D20
-first_rank: 1
+note: rank 1 leaves with exit status 0; rank 0 is the rank that fails (the convention of triage/repro: the rank with the extra batch fails)
+first_rank: 0
 launch: torchrun --nproc-per-node 2 eval/runs/scripts/rank_exits_zero.py
 source: none known
 """

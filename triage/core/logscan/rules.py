@@ -276,15 +276,22 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
                     True,
                 )
             )
-        elif scan.spawn_stopped:
-            # mp.spawn prints only the failed process's traceback, then stops the others: they
-            # were still waiting (or working) when it failed, and print nothing of their own.
-            reason = f"{who} failed first with an error of its own; mp.spawn then stopped the other ranks"
+        elif scan.spawn_stopped or (
+            scan.launcher_stopped and first.rank == scan.root_cause_rank and _others_silent(events, first)
+        ):
+            # mp.spawn (or torchrun's SIGTERM) stopped the others before they printed anything
+            reason = f"{who} failed first with an error of its own; {'mp.spawn' if scan.spawn_stopped else 'torchrun'} then stopped the other ranks"
             found.append(Inferred(DIVERGED, DIVERGED_SCORE, (first,), reason, True))
     missing = _missing_traceback(scan, first) or _bare_abort(events, first, scan)
     if missing is not None:
         found.append(missing)
     return found
+
+
+def _others_silent(events: list[Event], first: Event) -> bool:
+    """No rank but the first failing one printed an error of its own."""
+    own = (e for e in events if e.real and e.kind != "exit" and not is_launcher(e) and not is_context(e))
+    return all(e.rank in (None, first.rank) for e in own)
 
 
 def _left_in_barrier(events: list[Event], gone: int | None, scan: Scan) -> Event | None:
