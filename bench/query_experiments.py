@@ -69,6 +69,19 @@ second_view   The same report scored by an index with a steeper English weight (
               must-abstain 99.0 %), on A 43.9 % against 44.6 %. Worth a test on the next corpus; to
               ship it, ask (and search.js) would sum a second weight per term (w x english^0.5).
 
+Session 7, corpus C (919 train queries, a-n; shipped: ranked top-1 73.8 %, top-3 87.8 %, CV top-1
+45.0 %, precision 91.0 %, objective 774):
+params        REPORT_WEIGHT 0.5 / 0.2: ranked 74.0 / 72.9 %, objective 761 / 768; REPORT_TERMS 120: no-op;
+              PAIR_FACTOR 0.5: 73.6 %, 760. The shipped constants still sit at the top.
+second_view   The lead above on corpus C: steeper view's lead CV top-1 44.3 % (objective 768), words +
+              lead 43.2 % (759); "ceiling 7" lead 45.2 % (780, +6 = noise). Not a lead any more.
+shared        (code not kept) An entry whose own symptoms quote another entry's signature text gets
+              that signature too, at its owner's weight, so the rest of the report decides between
+              them: ranked 73.8 -> 73.8 %, CV top-1 45.0 -> 45.1 %. The case that suggested it
+              ("invalid device ordinal on the second node" ranked E5 over D3) is the signature
+              evidence at work: D3's own copy of that signature matched 16 train items, 2 of them
+              D3's (the corpus labels the error E5 unless the thread showed a global RANK).
+
 Where the misses are (A; bench_eval.py --split train --show-misses): of the 117 queries whose first
 entry is wrong, the right one is second for 47, third to fifth for 32, lower for 34 (or the item is
 `none`); ~40 confusion pairs, none more than 3 times; most misses fit the winner as well as the

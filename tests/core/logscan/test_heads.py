@@ -96,3 +96,19 @@ def test_every_process_printing_its_import_warning_is_not_every_rank_printing() 
     )
     text = warning * 3 + "rank 0 step 0 loss 0.3125\nrank 1 step 0 loss 0.3814\n"
     assert [i.entry_id for i in from_heads([text], quiet=True)] == []
+
+
+# Ray's deduplicated output of a vLLM job whose every data-parallel worker printed its progress bar
+# (a user's paste: each progress line had been printed by several workers).
+RAY_FOLDED = """\
+Processed prompts:   0%|          | 0/4 [00:00<?, ?it/s, est. speed input: 0.00 toks/s, output: 0.00 toks/s] [repeated 7x across cluster]
+Processed prompts:  25%|██▌       | 1/4 [00:14<00:43, 14.53s/it, est. speed input: 15.14 toks/s, output: 221.23 toks/s] [repeated 3x across cluster]
+Processed prompts:  50%|█████     | 2/4 [00:22<00:23, 11.99s/it, est. speed input: 14.81 toks/s, output: 299.95 toks/s] [repeated 2x across cluster]
+Processed prompts: 100%|██████████| 4/4 [00:35<00:00,  8.89s/it, est. speed input: 27.27 toks/s, output: 577.98 toks/s]
+"""
+
+
+def test_lines_ray_folded_from_several_workers_are_duplicated_output() -> None:
+    assert ids(RAY_FOLDED) == ["D23"]
+    unfolded = "\n".join(line.split(" [repeated")[0] for line in RAY_FOLDED.splitlines())
+    assert ids(unfolded) == []

@@ -1,7 +1,8 @@
 """Patterns read from the start of each source (the first 16 KiB the scanner keeps), not from a
 single line: what a person sees scrolling the top of a paste.
 
-- the same lines printed once per rank: every rank prints progress (D23); a process announcing
+- the same lines printed once per rank: every rank prints progress (D23), also where Ray folded the
+  copies into one line (`[repeated 7x across cluster]`); a process announcing
   the same global rank twice: each node formed a group of its own (D2);
 - torchrun's launch configuration asking for several nodes with its rendezvous on localhost:
   every node meets only itself (D2);
@@ -56,6 +57,9 @@ _MIN_NODES = re.compile(r"\bmin_nodes\s*: (?P<n>\d+)\s*$")
 _LOCAL_ENDPOINT = re.compile(
     r"\brdzv_endpoint\s*: (?P<host>localhost|127\.\d+\.\d+\.\d+|\[?::1\]?)(?::\d+)?\s*$"
 )
+# Ray's log deduplication folds the same line from several workers into one copy and says how many
+# more there were: `... [repeated 7x across cluster]` (Ray Train, vLLM, verl, OpenRLHF).
+_RAY_REPEATED = re.compile(r"\s*\[repeated (?P<n>\d{1,6})x across cluster\]\s*$")
 # A frame that does not start its line: another process's output ran into it.
 _GLUED_FRAME = re.compile(r"\S\s*File \"[^\"]{1,300}\", line \d+")
 
@@ -110,8 +114,12 @@ def _duplicated_output(heads: list[str]) -> list[Inferred]:
                 under_frame.add(split.rank)
                 if not body.startswith('File "'):
                     continue
+            folded = _RAY_REPEATED.search(body)
+            copies = 1 + int(folded["n"]) if folded else 1
+            if folded:
+                body = body[: folded.start()]
             if len(body) >= 20 and not quoted and not _NOT_OUTPUT.match(body):
-                counts[body] += 1
+                counts[body] += copies
     repeated = [line for line, n in counts.items() if n > 1]
     announced = [line for line in repeated if _RANK_ANNOUNCEMENT.search(line)]
     if announced:
