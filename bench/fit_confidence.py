@@ -37,8 +37,10 @@ knowledge/signature_evidence.yaml and knowledge/confidence.yaml.
    (not their first lines: the judge's items are reports) stay at least PRECISION_TARGET right,
    less PRECISION_MARGIN standard errors of that estimate (a threshold exactly at the target is
    below it on unseen reports half the time; and across the session-3 to session-5 refits the
-   cross-validated precision read 0.5 to 1.8 points above what unseen reports then gave, so the
-   margin is one standard error, not half of one), and the must-abstain items at least ABSTAIN_TARGET
+   cross-validated precision read 0.5 to 1.8 points above what unseen reports then gave; in
+   session 7 the new parts o and p, scored before anyone tuned on them, were answered 89.5 % right
+   (51 of 57) where CV said 91.2 %. One standard error of the CV estimate is about 1.2 points, so
+   the margin is 1.5 of them (about 1.9 points), the largest gap seen), and the must-abstain items at least ABSTAIN_TARGET
    abstained, all measured by K-fold cross-validation (each fold's probabilities from a model fitted on the other
    folds). The model written is fitted on all folds, with that threshold.
    The folds' indexes also leave out the symptoms written from the fold's own items (crossval.py):
@@ -67,7 +69,7 @@ from triage.core.model import KnowledgeBase  # noqa: E402
 WRONG_COST = 1.5  # a wrong answer costs this many right ones
 ABSTAIN_TARGET = 0.95  # the must-abstain inputs abstained at least this often
 PRECISION_TARGET = 0.90  # the answers to whole reports right at least this often ...
-PRECISION_MARGIN = 1.0  # ... less this many standard errors of that estimate (it holds on unseen text)
+PRECISION_MARGIN = 1.5  # ... less this many standard errors of that estimate (so it holds on unseen text)
 FIRST_LINE = ":first-line"  # the origin's suffix of a report's first line fitted as a query of its own
 L2 = 0.01
 FEATURES = ("score", "lead", "signature", "known", "unknown", "domain")
