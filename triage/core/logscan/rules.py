@@ -276,15 +276,22 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
                     True,
                 )
             )
-        elif scan.spawn_stopped:
-            # mp.spawn prints only the failed process's traceback, then stops the others: they
-            # were still waiting (or working) when it failed, and print nothing of their own.
-            reason = f"{who} failed first with an error of its own; mp.spawn then stopped the other ranks"
+        elif scan.spawn_stopped or _torchrun_stopped(events, first, scan):
+            reason = f"{who} failed first with an error of its own; {'mp.spawn' if scan.spawn_stopped else 'torchrun'} then stopped the other ranks"
             found.append(Inferred(DIVERGED, DIVERGED_SCORE, (first,), reason, True))
     missing = _missing_traceback(scan, first) or _bare_abort(events, first, scan)
     if missing is not None:
         found.append(missing)
     return found
+
+
+def _torchrun_stopped(events: list[Event], first: Event, scan: Scan) -> bool:
+    """torchrun stopped the other ranks, silent, after an error no signature names (a named one is
+    left to its signature: torchrun also stops ranks about to fail the same way)."""
+    if not scan.launcher_stopped or first.kind == "hit" or first.rank != scan.root_cause_rank:
+        return False
+    own = (e for e in events if e.real and e.kind != "exit" and not is_launcher(e) and not is_context(e))
+    return all(e.rank in (None, first.rank) for e in own)
 
 
 def _left_in_barrier(events: list[Event], gone: int | None, scan: Scan) -> Event | None:

@@ -48,6 +48,11 @@ _STRUCTURAL = re.compile(r"traceback|file \"|error|exception|terminate|what\(\)|
 MAX_HEAD = 16 << 10  # characters of each source kept for the query-engine fallback
 SUBSTANTIVE_WEIGHT = 0.5  # a weaker non-echo signature is a hint: it does not explain a line
 _FRAME_LINE = re.compile(r'^\s*(File "[^"]*", line \d+|frame #\d+:|#\d+ 0x[0-9a-f]+ in )')
+# A frame in a frozen module or in code given as a string (`File "<frozen os>"`, `File "<string>"`)
+# prints no source line under it: the line after it is the next frame or the exception itself.
+_NO_SOURCE_FRAME = re.compile(r'^\s*File "<[^"]*>", line \d+')
+# An exception's name and message: never the source line a frame quotes.
+_EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_]\w*\.){0,8}[A-Z]\w*(?:Error|Exception|Interrupt|Exit): ")
 _LAST_ERROR = b"last error:"
 _MESSAGE_BELOW = (b"error:", b"exception:")  # with nothing after them: the message is on the next line
 # torch's C++ INFO lines (TORCH_CPP_LOG_LEVEL=INFO): `[I1122 20:26:58.941547227 file.cpp:710]`;
@@ -106,6 +111,7 @@ class Scan:
     ranks_untracked: int = 0  # lines that named a rank past the first MAX_RANKS
     root_cause_rank: int | None = None  # the rank torchrun's summary calls the root cause
     no_other_failures: bool = False  # torchrun's summary: every other worker ended well
+    launcher_stopped: bool = False  # torchrun's summary: the other workers ended by its SIGTERM
     spawn_failed: int | None = None  # the process mp.spawn reports failed (the first to)
     spawn_stopped: int = 0  # processes mp.spawn terminated, still running when one failed
     ranks: RankReader = field(default_factory=RankReader)  # traceback blocks and wait points
@@ -269,9 +275,10 @@ class Scanner:
         role = ""
         hits_before = self.scan.hits
         if _FRAME_LINE.match(body):
-            self._frame_at[(source, rank)] = number
+            if not _NO_SOURCE_FRAME.match(body):
+                self._frame_at[(source, rank)] = number
             role = "frame"
-        elif self._frame_at.get((source, rank)) == number - 1:
+        elif self._frame_at.get((source, rank)) == number - 1 and not _EXCEPTION_LINE.match(body):
             role = "frame"  # the source line a traceback prints under its frame
         elif UMBRELLA.search(body):
             role = "umbrella"
@@ -307,6 +314,7 @@ class Scanner:
             self._structure.feed(source, number, rank, split.host, body, short, matched and role != "frame")
             self.scan.root_cause_rank = self._structure.root_cause_rank
             self.scan.no_other_failures = self._structure.no_other_failures
+            self.scan.launcher_stopped = self._structure.launcher_stopped_others
             self.scan.spawn_failed = self._structure.spawn_failed
             self.scan.spawn_stopped = self._structure.spawn_stopped
         if role == "" and self._found_count == found_before and not _STRUCTURAL.search(lowered):

@@ -114,8 +114,12 @@ class Structure:
         """torchrun's summary saw one worker fail and the others end well, or end only by the
         SIGTERM torchrun itself sends every survivor once one worker has failed (a rank still
         shutting down when its peer's collective broke is listed as a failure with exit -15)."""
-        if self._no_other_marker:
-            return True
+        return self._no_other_marker or self.launcher_stopped_others
+
+    @property
+    def launcher_stopped_others(self) -> bool:
+        """torchrun's summary: one worker failed and every other worker ended by the SIGTERM
+        torchrun sends once one has failed (they were still waiting or working, not done)."""
         others = [code for worker, code in self._summary_exits.items() if worker != self.root_cause_rank]
         return self.root_cause_rank is not None and bool(others) and all(c == SIGTERM_EXIT for c in others)
 

@@ -1,0 +1,210 @@
+"""Failing scripts written independently of the log engine (eval/runs/scripts/), and their real output.
+
+Each script's docstring names the mistake and carries `label:`, `alternates:` (optional),
+`first_rank:` (a rank, or `none`) and `launch:` (the shell command, run from the repository root).
+A script runs in the default setting, and some in one other setting too (`EXTRA`); its combined
+stdout and stderr, as a user copies it from the terminal, is stored in eval/runs/<split>.yaml. The
+split is sha256(script file name) % 10 < 3 = test, so every setting of one script lands on the same
+side (eval/README.md's rule, with the script standing for the thread).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RUNS = REPO / "eval" / "runs"
+SCRIPTS = RUNS / "scripts"
+BOUND_S = 120  # `timeout -s KILL` for one launch command
+TEST_BUCKETS = 3
+
+# A setting: (extra environment, arguments put right after every `torchrun`).
+SETTINGS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
+    "default": ({}, ()),
+    "detail": ({"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, ()),
+    "tee": ({}, ("--tee", "3")),
+    "loglevel-info": ({"LOGLEVEL": "INFO"}, ()),
+}
+# The scripts also run in one other setting: the ways users collect more output when asking for help.
+# No DDP script runs under DETAIL: this CPU build of torch segfaults in DDP's construction there
+# (triage/repro skips it for the same reason), and the log would show that crash, not the mistake.
+EXTRA: dict[str, str] = {
+    "ddp_unused_some_steps.py": "tee",
+    "bad_sample_rank2.py": "tee",
+    "barrier_slow_rank.py": "loglevel-info",
+    "new_group_subset.py": "detail",
+    "mismatched_collective_types.py": "detail",
+    "rank_exits_zero.py": "tee",
+    "loader_worker_killed.py": "loglevel-info",
+    "ddp_rank_dependent_layers.py": "detail",
+    "save_missing_dir.py": "tee",
+    "device_mesh_cuda.py": "tee",
+    "ddp_eval_rank0.py": "loglevel-info",
+    "fsdp2_partial_clip.py": "loglevel-info",
+}
+# Variables that would make a run look launched or change torch's output (as triage.repro scrubs).
+_SCRUB = (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+    "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCH_DISTRIBUTED_DEBUG", "LOGLEVEL",
+    "TORCH_CPP_LOG_LEVEL", "NCCL_DEBUG",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Script:
+    """One failing script and what its header says about it."""
+
+    path: Path
+    label: tuple[str, ...]
+    alternates: tuple[str, ...]
+    first_rank: int | None
+    launch: str
+    mistake: str
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def split(self) -> str:
+        bucket = int(hashlib.sha256(self.name.encode("utf-8")).hexdigest(), 16) % 10
+        return "test" if bucket < TEST_BUCKETS else "train"
+
+
+def _field(doc: str, key: str) -> str:
+    found = re.search(rf"^{key}:[ \t]*(.*)$", doc, re.MULTILINE)
+    return found.group(1).strip() if found else ""
+
+
+def _ids(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in re.split(r"[,\s]+", text) if p.strip())
+
+
+def parse(path: Path) -> Script:
+    """The header of one script (its module docstring)."""
+    text = path.read_text(encoding="utf-8")
+    doc = text.split('"""', 2)[1] if text.startswith('"""') else ""
+    rank = _field(doc, "first_rank")
+    mistake = " ".join(doc.split("label:", 1)[0].replace("mistake:", "", 1).split())
+    return Script(
+        path, _ids(_field(doc, "label")), _ids(_field(doc, "alternates")),
+        int(rank) if rank.isdigit() else None, _field(doc, "launch"), mistake,
+    )  # fmt: skip
+
+
+def scripts() -> list[Script]:
+    return [parse(p) for p in sorted(SCRIPTS.glob("*.py"))]
+
+
+def runs_of(script: Script) -> list[str]:
+    """The settings one script runs in: default first."""
+    return ["default", *([EXTRA[script.name]] if script.name in EXTRA else [])]
+
+
+def _free_port() -> int:
+    from triage.repro.runner import free_port
+
+    return free_port()
+
+
+def capture(script: Script, setting: str) -> tuple[str, int | None, float]:
+    """Run the script's launch command in `setting`: (combined output, exit status, seconds)."""
+    from triage.repro.runner import TOKEN_VAR, end_processes
+
+    extra_env, torchrun_args = SETTINGS[setting]
+    command = script.launch
+    if torchrun_args:
+        command = re.sub(r"\btorchrun\b", "torchrun " + " ".join(torchrun_args), command)
+    token = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    venv_bin = str(Path(sys.executable).parent)
+    port = str(_free_port())
+    env.update(extra_env)
+    env.update(
+        {
+            "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
+            # torchrun reads its options from PET_* variables too: a free port, the command untouched
+            "PET_MASTER_PORT": port,
+            "MASTER_PORT": port,  # the mp.spawn scripts setdefault() theirs
+            "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1",
+            TOKEN_VAR: token,
+        }
+    )
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(
+            ["timeout", "-s", "KILL", str(BOUND_S), "bash", "-c", command],
+            cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, check=False,
+        )  # fmt: skip
+        output, status = proc.stdout.decode("utf-8", "replace"), proc.returncode
+    finally:
+        end_processes(token)
+    return output, status, time.monotonic() - started
+
+
+def item(script: Script, setting: str, output: str, status: int | None) -> dict[str, object]:
+    """One stored output, shaped like the corpus's log items."""
+    entry: dict[str, object] = {"log": output, "expect": list(script.label)}
+    if script.alternates:
+        entry["alternates"] = list(script.alternates)
+    if script.first_rank is not None:
+        entry["first_rank"] = script.first_rank
+    entry["source"] = f"{script.path.relative_to(REPO)} ({setting})"
+    entry["note"] = f"{script.mistake} [exit status {status}]"
+    return entry
+
+
+def rerun(only: set[str] | None, progress: Callable[[str], None]) -> dict[str, list[dict[str, object]]]:
+    """Run every script (or those named) in each of its settings, one after another; the stored
+    items of the scripts not run are kept."""
+    import yaml
+
+    stored = {split: load_raw(split) for split in ("train", "test")}
+    all_scripts = scripts()
+    chosen = [s for s in all_scripts if only is None or s.name in only or s.path.stem in only]
+    out: dict[str, list[dict[str, object]]] = {"train": [], "test": []}
+
+    def kept(raw: dict[str, object]) -> bool:
+        """A stored output whose script still exists and is not run again now."""
+        script = str(raw.get("source", "")).split(" ", 1)[0]
+        return (REPO / script).is_file() and not any(s.path == REPO / script for s in chosen)
+
+    for split in out:
+        out[split] = [raw for raw in stored[split] if kept(raw)]
+    total = sum(len(runs_of(s)) for s in chosen)
+    done = 0
+    for script in chosen:
+        for setting in runs_of(script):
+            done += 1
+            progress(f"[{done}/{total}] {script.name} ({setting}) ...")
+            output, status, took = capture(script, setting)
+            progress(f"    exit {status}, {len(output.splitlines())} lines, {took:.0f} s")
+            out[script.split].append(item(script, setting, output, status))
+    for split, items in out.items():
+        items.sort(key=lambda raw: str(raw["source"]))
+        (RUNS / f"{split}.yaml").write_text(
+            yaml.safe_dump(items, sort_keys=False, allow_unicode=True, width=1000), encoding="utf-8"
+        )
+    return out
+
+
+def load_raw(split: str) -> list[dict[str, object]]:
+    import yaml
+
+    path = RUNS / f"{split}.yaml"
+    if not path.is_file():
+        return []
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    assert isinstance(data, list)
+    return data
