@@ -29,6 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from probes.hang.discover import all_procs  # noqa: E402
 from triage.repro.hangs import HangScenario, hung_job  # noqa: E402
 from triage.repro.runner import processes_with_token  # noqa: E402
 
@@ -64,29 +65,10 @@ def read_job(path: Path) -> Job:
     return Job(path.stem, fields["Label"], odd, fields["Launch"], scenario, held_out)
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                if int(handle.read().rsplit(b")", 1)[-1].split()[1]) == pid:
-                    found.append(int(entry))
-        except (OSError, ValueError, IndexError):
-            continue
-    return sorted(found)
-
-
 def a_rank(launcher: int, script: str) -> int | None:
     """A rank process of the job: the launcher's first child that runs the script or spawn's main."""
-    for pid in _children(launcher):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                command = handle.read()
-        except OSError:
-            continue
-        if script.encode() in command or b"spawn_main" in command:
-            return pid
-    return None
+    children = sorted((p for p in all_procs().values() if p.ppid == launcher), key=lambda p: p.pid)
+    return next((p.pid for p in children if any(script in a or "spawn_main" in a for a in p.argv)), None)
 
 
 def triage_hang(pid: int) -> tuple[dict[str, Any] | None, float, str]:

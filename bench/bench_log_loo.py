@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_eval import LogEngine, Outcome, figures  # noqa: E402
-from corpus import Item, load  # noqa: E402
+from bench_eval import LogEngine, Outcome, figures, part_of  # noqa: E402
+from corpus import load  # noqa: E402
 
 from triage.core.model import KnowledgeBase  # noqa: E402
 
@@ -33,10 +33,6 @@ MIN_EXAMPLE = 25  # shorter examples (a bare error name) say nothing about where
 
 def _flat(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
-
-
-def part_of(item: Item) -> str:
-    return Path(item.origin.split("#", 1)[0]).stem
 
 
 def written_from(kb: KnowledgeBase, texts: Sequence[str]) -> set[tuple[str, int]]:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench_eval import LogEngine, Outcome, figures, show_misses  # noqa: E402
-from corpus import Item, Split  # noqa: E402
+from corpus import Item, Split, item_of  # noqa: E402
 from runs_capture import RUNS, load_raw, rerun  # noqa: E402
 
 ROWS = (
@@ -41,30 +41,12 @@ ROWS = (
 )
 
 
-def _ids(raw: object) -> tuple[str, ...]:
-    values = raw if isinstance(raw, list) else [] if raw is None else [raw]
-    return tuple("none" if str(v).lower() == "none" else str(v).upper() for v in values)
-
-
 def items(split: Split) -> list[Item]:
     """The stored outputs of one split, as corpus log items."""
-    out = []
-    for position, raw in enumerate(load_raw(split), 1):
-        rank = raw.get("first_rank")
-        out.append(
-            Item(
-                kind="logs",
-                text=str(raw["log"]),
-                expect=_ids(raw.get("expect")),
-                alternates=_ids(raw.get("alternates")),
-                source=str(raw.get("source", "")),
-                first_rank=rank if isinstance(rank, int) else None,
-                is_log=True,
-                origin=f"{(RUNS / split).relative_to(REPO)}.yaml#{position} {raw.get('source', '')}",
-                split=split,
-            )
-        )
-    return out
+    return [
+        item_of(raw, "logs", f"{(RUNS / split).relative_to(REPO)}.yaml#{n} {raw.get('source', '')}", split)
+        for n, raw in enumerate(load_raw(split), 1)
+    ]
 
 
 def score(engine: LogEngine, split: Split) -> tuple[dict[str, float | int | None], list[Outcome]]:

@@ -60,6 +60,26 @@ def _ids(raw: object) -> tuple[str, ...]:
     return tuple(str(v).strip().upper() if str(v).strip().lower() != "none" else "none" for v in values)
 
 
+def item_of(raw: dict[str, object], kind: Kind, origin: str, split: Split | None = None) -> Item:
+    """One labelled item as the YAML holds it (`query` or `log`, `expect`, `alternates`, `source`,
+    `first_rank`); its split by its thread unless given."""
+    is_log = "log" in raw
+    text = str(raw["log"] if is_log else raw["query"])
+    source = str(raw.get("source", ""))
+    rank = raw.get("first_rank")
+    return Item(
+        kind=kind,
+        text=text,
+        expect=("none",) if kind == "abstain" else _ids(raw.get("expect")),
+        alternates=_ids(raw.get("alternates")),
+        source=source,
+        first_rank=int(rank) if isinstance(rank, int) else None,
+        is_log=is_log,
+        origin=origin,
+        split=split or split_of(source, text),
+    )
+
+
 def load(kind: Kind, root: Path = EVAL) -> list[Item]:
     """Every item of one kind, from every YAML file in its folder, in a stable order."""
     import yaml
@@ -68,23 +88,7 @@ def load(kind: Kind, root: Path = EVAL) -> list[Item]:
     for path in sorted((root / kind).glob("*.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or []
         for position, raw in enumerate(data, 1):
-            is_log = "log" in raw
-            text = str(raw["log"] if is_log else raw["query"])
-            source = str(raw.get("source", ""))
-            rank = raw.get("first_rank")
-            items.append(
-                Item(
-                    kind=kind,
-                    text=text,
-                    expect=("none",) if kind == "abstain" else _ids(raw.get("expect")),
-                    alternates=_ids(raw.get("alternates")),
-                    source=source,
-                    first_rank=int(rank) if isinstance(rank, int) else None,
-                    is_log=is_log,
-                    origin=f"{path.relative_to(root.parent)}#{position}",
-                    split=split_of(source, text),
-                )
-            )
+            items.append(item_of(raw, kind, f"{path.relative_to(root.parent)}#{position}"))
     return items
 
 

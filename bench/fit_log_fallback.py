@@ -22,7 +22,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_log_loo import part_of, without, written_from  # noqa: E402
+from bench_eval import part_of  # noqa: E402
+from bench_log_loo import without, written_from  # noqa: E402
 from corpus import load  # noqa: E402
 
 

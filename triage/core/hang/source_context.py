@@ -92,11 +92,17 @@ def _swallowed(chain: list[ast.AST], line: int) -> tuple[int, int, int] | None:
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 
 
+def _own_function(chain: list[ast.AST]) -> int:
+    """Where the line's own function begins in `chain` (the nodes around the line, outermost
+    first): the blocks from there on are the function's, not its callers' or the module's."""
+    return max((i + 1 for i, n in enumerate(chain) if isinstance(n, _FUNCTIONS)), default=0)
+
+
 def _early_exits(tree: ast.AST, chain: list[ast.AST], source: str) -> list[tuple[int, str]]:
     """Rank tests that send some ranks away before they reach the line: an `if rank != 0:
     return` (or `raise`, `continue`, `break`) earlier in the line's own function, at any level of
     the blocks around it, innermost first. The line runs only where the test is false."""
-    start = max((i + 1 for i, n in enumerate(chain) if isinstance(n, _FUNCTIONS)), default=0)
+    start = _own_function(chain)
     found: list[tuple[int, str]] = []
     for container, child in zip([tree, *chain][start:], chain[start:], strict=False):
         for block in ("body", "orelse", "finalbody"):
@@ -123,7 +129,7 @@ def _header(node: ast.AST, source: str) -> str:
 
 def _blocks(chain: list[ast.AST], source: str) -> tuple[tuple[int, int, str], ...]:
     """The `if`s and loops around the line inside its own function, outermost first."""
-    start = max((i + 1 for i, n in enumerate(chain) if isinstance(n, _FUNCTIONS)), default=0)
+    start = _own_function(chain)
     return tuple(
         (*_span(n), _header(n, source)) for n in chain[start:] if isinstance(n, (ast.If, ast.While, *_LOOPS))
     )
