@@ -6,17 +6,11 @@ bind error, the Windows traceback) or torch 2.13's own exception shapes.
 
 from __future__ import annotations
 
+from tests.log_paste import verdict_for
 from triage.core.logscan.patterns import compile_signatures
 from triage.core.logscan.scanner import Scanner, scan_lines
-from triage.core.logscan.verdict import Verdict, decide
+from triage.core.logscan.verdict import decide
 from triage.core.model import KnowledgeBase
-
-
-def verdict_for(kb: KnowledgeBase, text: str) -> Verdict:
-    scanner = Scanner(compile_signatures(kb))
-    scanner.feed_block(scanner.source("paste"), text.encode(), 1)
-    return decide(scanner.scan, kb)
-
 
 JAVA_BIND = """\
 [22:40:52 WARN]: **** FAILED TO BIND TO PORT!

@@ -11,20 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from triage.core.logscan.patterns import compile_signatures
+from tests.log_paste import verdict_for
 from triage.core.logscan.prefixes import split_prefix
-from triage.core.logscan.scanner import Scanner
-from triage.core.logscan.verdict import Verdict, decide
 from triage.core.model import KnowledgeBase
 from triage.repro.harvest import read_archive
 
 ARCHIVE = Path(__file__).resolve().parents[2] / "repro" / "data" / "outputs.tar.gz"
-
-
-def verdict_for(kb: KnowledgeBase, text: str) -> Verdict:
-    scanner = Scanner(compile_signatures(kb))
-    scanner.feed_block(scanner.source("paste"), text.encode(), 1)
-    return decide(scanner.scan, kb)
 
 
 def output(run: str) -> str:

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from triage.core.logscan.patterns import compile_signatures
-from triage.core.logscan.scanner import Scanner
-from triage.core.logscan.verdict import Verdict, decide
+from tests.log_paste import verdict_for
+from triage.core.logscan.verdict import Verdict
 from triage.core.model import KnowledgeBase
 
 RUNS = Path(__file__).resolve().parents[3] / "eval" / "runs" / "train.yaml"
@@ -30,12 +29,6 @@ def _items() -> list[dict[str, object]]:
     data = yaml.safe_load(RUNS.read_text(encoding="utf-8"))
     assert isinstance(data, list) and data
     return data
-
-
-def _diagnose(kb: KnowledgeBase, text: str) -> Verdict:
-    scanner = Scanner(compile_signatures(kb))
-    scanner.feed_block(scanner.source("paste"), text.encode(), 1)
-    return decide(scanner.scan, kb)
 
 
 def _right(kb: KnowledgeBase, item: dict[str, object], verdict: Verdict) -> bool:
@@ -66,7 +59,7 @@ def _item(script: str, setting: str = "default") -> dict[str, object]:
 )
 def test_real_output_names_the_mistake(kb: KnowledgeBase, script: str, entry: str, rank: int | None) -> None:
     item = _item(script)
-    verdict = _diagnose(kb, str(item["log"]))
+    verdict = verdict_for(kb, str(item["log"]))
     got = [(d.entry_id, round(d.score, 2)) for d in verdict.diagnoses[:3]]
     assert verdict.found and verdict.diagnoses[0].entry_id == entry, (script, got)
     if rank is not None:
@@ -77,7 +70,7 @@ def test_train_outputs_are_read_right(kb: KnowledgeBase) -> None:
     items = _items()
     misses = []
     for item in items:
-        verdict = _diagnose(kb, str(item["log"]))
+        verdict = verdict_for(kb, str(item["log"]))
         if not _right(kb, item, verdict):
             misses.append(
                 f"{item['source']}: {[d.entry_id for d in verdict.diagnoses[:3]]} rank {verdict.first_rank}"
