@@ -9,8 +9,10 @@ Held out: written in session 8 before the engine was changed, measured once
 
 One `python` per rank from a shell loop (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Rank 0's
 shard has 40 records, rank 1's 7: `pairs()` catches the inner StopIteration and returns (as PEP
-479 asks), so rank 1's epoch ends after 3 steps and it waits in the all_reduce of the epoch's
-loss; rank 0 waits in the all_reduce of its 4th step's gradient.
+479 asks), so rank 1's epoch ends after 3 steps and it all-reduces the epoch's loss while rank 0
+all-reduces its 4th step's gradient. Gloo does not check that the two match: they pair up, the
+ranks drift further apart each epoch, and (as measured) both end up waiting in the gradient
+all_reduce at the same line, in different epochs, one tensor size apart.
 """
 
 import os
