@@ -122,14 +122,14 @@ def _explain(data: dict[str, Any] | None, error: str) -> None:
 
 
 def dump_stacks(job: Job, data: dict[str, Any] | None, directory: Path) -> None:
-    """Each rank's `py-spy dump --json` (the ranks `triage hang` found) as `{job}_rank{N}.json`, the
+    """Each rank's `py-spy dump --json --locals` (the ranks `triage hang` found) as `{job}_rank{N}.json`, the
     job's folder written `{SCRIPTS}`, and the script beside them as `{job}.py.txt` (test fixtures)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{job.name}.py.txt").write_text(Path(job.scenario.path).read_text(encoding="utf-8"))
     for rank in (data or {}).get("ranks", []):
         if rank.get("pid") and rank.get("rank") is not None:
             done = subprocess.run(
-                [pyspy_binary() or "py-spy", "dump", "--json", "--pid", str(rank["pid"])],
+                [pyspy_binary() or "py-spy", "dump", "--json", "--locals", "--pid", str(rank["pid"])],
                 capture_output=True, text=True, check=False, timeout=60,
             )  # fmt: skip
             text = done.stdout.replace(

@@ -190,3 +190,21 @@ def test_a_spawned_rank_missing_between_two_that_run_is_gone() -> None:
     (i_d20_spawn_exit_early; MASTER_ADDR set inside the worker, so not in its environment)."""
     picture = _spawned("i_d20_spawn_exit_early", (0, 2), 3, "")
     assert picture.diagnoses[0].entry == "D20" and picture.suspect_ranks == (1,), _says(picture)
+
+
+def test_ranks_at_the_same_line_in_different_epochs_drifted_apart() -> None:
+    """Rank 1's shard makes 3 batches an epoch, rank 0's 20 (i_d9_generator_pairs): gloo pairs the
+    epoch's loss all_reduce of rank 1 with a gradient all_reduce of rank 0, and both end up
+    waiting at the gradient all_reduce, in different epochs. The stacks alone are alike; the loop
+    counters (py-spy --locals) tell rank 1 went through more epochs, on fewer batches each."""
+    samples = []
+    for r in range(2):
+        text = (DUMPS / f"i_d9_generator_pairs_rank{r}.json").read_text(encoding="utf-8")
+        counters = parse_dump(text.replace("{SCRIPTS}", str(DUMPS)), 100 + r, rank_of=True).counters
+        assert ("epoch" in {name for _, name, _ in counters}) and not parse_dump(text, 100 + r).counters
+        samples.append(replace(_rank("i_d9_generator_pairs", r, 2), counters=counters))
+    picture = analyse(samples)
+    assert picture.diagnoses[0].entry == "D9" and picture.suspect_ranks == (1,), _says(picture)
+    assert "for epoch in range(10)" in picture.diagnoses[0].evidence[0]
+    # without the counters the same stacks name nobody
+    assert _job("i_d9_generator_pairs").suspect_ranks == ()

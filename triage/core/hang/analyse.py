@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from triage.core.hang.classify import JOINING, RankState, classify, in_distributed
+from triage.core.hang.drift import drifted
 from triage.core.hang.mismatch import (
     GROUPS_WHY,
     POINT_TO_POINT,
@@ -139,7 +140,7 @@ def analyse(samples: list[RankSample], records: Sequence[RankRecord] = ()) -> Ha
         picture = _fewer_spawned(analyse_states(states, asked, _spawned_slots(samples, asked)), asked)
     else:
         picture = _never_started(analyse_states(states, world, visible_slots(samples, world)), asked)
-    return with_records(_extra_thread(picture, samples), read, records)
+    return with_records(drifted(_extra_thread(picture, samples), samples), read, records)
 
 
 def _spawned_slots(samples: Sequence[RankSample], world: int) -> int:

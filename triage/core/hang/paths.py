@@ -25,6 +25,11 @@ _DATA_LOOP = re.compile(
 )
 
 
+def data_header(header: str) -> bool:
+    """Whether a loop's header (`for batch in loader`) runs over the data."""
+    return bool(_DATA_LOOP.search(header))
+
+
 def _over_data(ctx: LineContext, loop: tuple[int, int]) -> bool:
     header = next((b[2] for b in ctx.blocks if (b[0], b[1]) == loop), "")
     return not header or bool(_DATA_LOOP.search(header))
