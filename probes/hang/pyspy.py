@@ -207,6 +207,10 @@ def _frames(thread: dict[str, object]) -> tuple[Frame, ...]:
     )
 
 
+def _in_torch(frames: tuple[Frame, ...]) -> bool:
+    return in_distributed(frames) or any("/torch/" in f.file for f in frames)
+
+
 def sample(pid: int, timeout_s: float, gap_s: float = 0.3, rank_of: bool = False) -> tuple[Dump, bool]:
     """Two reads `gap_s` apart: the later one (with the rank the first read found, for `rank_of`),
     and whether the stack moved in between."""
@@ -217,14 +221,12 @@ def sample(pid: int, timeout_s: float, gap_s: float = 0.3, rank_of: bool = False
     except StackUnreadable:
         return first, False
     moved = second.frames != first.frames or second.active
-    world = first.world_asked
-    if world is None and not moved and any(f.function == "init_process_group" for f in second.frames):
-        # waiting while the group forms: how many ranks did it ask for? (its arguments, read once)
+    world, counters = first.world_asked, first.counters
+    if world is None and not counters and not moved and _in_torch(second.frames):
+        # waiting while the group forms, how many ranks did it ask for? waiting in a collective (a
+        # torch.distributed call, DDP's in backward()), in which iteration of its loops? (its
+        # arguments and integer locals, read once)
         with contextlib.suppress(StackUnreadable):
-            world = dump(pid, timeout_s, rank_of=True).world_asked
-    counters = first.counters
-    if not counters and not moved and in_distributed(second.frames):
-        # waiting in a collective: in which iteration of its loops? (its integer locals, read once)
-        with contextlib.suppress(StackUnreadable):
-            counters = dump(pid, timeout_s, rank_of=True).counters
+            with_locals = dump(pid, timeout_s, rank_of=True)
+            world, counters = with_locals.world_asked, with_locals.counters
     return replace(second, rank=first.rank, world_asked=world, counters=counters), moved
