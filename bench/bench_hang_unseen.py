@@ -59,12 +59,14 @@ def read_job(path: Path) -> Job:
     words = fields["Launch"].split()
     launcher, nproc = LAUNCHERS[words[0]], int(words[1])
     world, nnodes = (_word_int(words, name) for name in ("world", "nnodes"))
-    waits_in_init = bool(world or nnodes) or "gone" in words  # init retries to connect: a few ticks
+    # A frozen rank still uses a tick or two now and then (gloo's threads, 4 ranks): a few ticks
+    # more where init retries to connect. A rank that computes uses ~150 ticks in the 1.5 s.
+    waits_in_init = bool(world or nnodes) or "gone" in words
     odd = tuple(int(r) for r in fields["Odd ranks"].split())
     scenario = HangScenario(
         path.stem, path.stem, str(path), fields["Label"], odd, nproc=nproc,
         gone=bool(world) or "gone" in words, launcher=launcher, world=world,
-        idle_ticks=6 if waits_in_init else 0, nnodes=nnodes or 1,
+        idle_ticks=6 if waits_in_init else 2, nnodes=nnodes or 1,
     )  # fmt: skip
     held_out = bool(re.search(r"^Held out:", text, re.M))
     return Job(path.stem, fields["Label"], odd, fields["Launch"], scenario, held_out)
