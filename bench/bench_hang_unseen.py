@@ -5,12 +5,14 @@ none is tuned on (those marked `Held out:` were written after the engine was cha
 others, and measured once): each header says its entry (`Label:`), the odd ranks out by construction (`Odd
 ranks:`) and how it is started (`Launch: torchrun N`, `mp.spawn N`, `python N`: one `python` per
 rank from a shell loop with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; `world W`: the world
-size the script asks for where ranks are missing). For each job: start it, wait until it is
+size the script asks for where ranks are missing; `nnodes N`: the nodes torchrun is told of, this
+one started; `gone`: the odd ranks exit, the others wait for them). For each job: start it, wait until it is
 frozen, run `triage hang --json --pid PID` with the launcher's PID and then with a rank's, print
 expected vs got, and end every process of the job whatever happens (hangs.hung_job).
 
     python bench/bench_hang_unseen.py              # every job
     python bench/bench_hang_unseen.py --only d9_token_budget -v   # one job, with each rank's reading
+    python bench/bench_hang_unseen.py --only NAME --dump tests/fixtures/hang/pyspy/unseen  # + py-spy dumps
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from probes.hang.discover import all_procs  # noqa: E402
+from probes.hang.pyspy import pyspy_binary  # noqa: E402
 from triage.repro.hangs import HangScenario, hung_job  # noqa: E402
 from triage.repro.runner import processes_with_token  # noqa: E402
 
@@ -55,14 +58,23 @@ def read_job(path: Path) -> Job:
     fields = dict(re.findall(r"^(Label|Odd ranks|Launch): *(.*)$", text, re.M))
     words = fields["Launch"].split()
     launcher, nproc = LAUNCHERS[words[0]], int(words[1])
-    world = int(words[3]) if len(words) > 3 and words[2] == "world" else 0
+    world, nnodes = (_word_int(words, name) for name in ("world", "nnodes"))
+    # A frozen rank still uses a tick or two now and then (gloo's threads, 4 ranks): a few ticks
+    # more where init retries to connect. A rank that computes uses ~150 ticks in the 1.5 s.
+    waits_in_init = bool(world or nnodes) or "gone" in words
     odd = tuple(int(r) for r in fields["Odd ranks"].split())
     scenario = HangScenario(
         path.stem, path.stem, str(path), fields["Label"], odd, nproc=nproc,
-        gone=bool(world), launcher=launcher, world=world, idle_ticks=6 if world else 0,
+        gone=bool(world) or "gone" in words, launcher=launcher, world=world,
+        idle_ticks=6 if waits_in_init else 2, nnodes=nnodes or 1,
     )  # fmt: skip
     held_out = bool(re.search(r"^Held out:", text, re.M))
     return Job(path.stem, fields["Label"], odd, fields["Launch"], scenario, held_out)
+
+
+def _word_int(words: list[str], name: str) -> int:
+    """The number after `name` in a `Launch:` line, or 0."""
+    return int(words[words.index(name) + 1]) if name in words[:-1] else 0
 
 
 def a_rank(launcher: int, script: str) -> int | None:
@@ -111,7 +123,24 @@ def _explain(data: dict[str, Any] | None, error: str) -> None:
         print(f"      {diagnosis.get('id')}: {str(diagnosis.get('evidence', ''))[:160]}")
 
 
-def run_job(job: Job, verbose: bool) -> dict[str, tuple[bool, bool]]:
+def dump_stacks(job: Job, data: dict[str, Any] | None, directory: Path) -> None:
+    """Each rank's `py-spy dump --json --locals` (the ranks `triage hang` found) as `{job}_rank{N}.json`, the
+    job's folder written `{SCRIPTS}`, and the script beside them as `{job}.py.txt` (test fixtures)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{job.name}.py.txt").write_text(Path(job.scenario.path).read_text(encoding="utf-8"))
+    for rank in (data or {}).get("ranks", []):
+        if rank.get("pid") and rank.get("rank") is not None:
+            done = subprocess.run(
+                [pyspy_binary() or "py-spy", "dump", "--json", "--locals", "--pid", str(rank["pid"])],
+                capture_output=True, text=True, check=False, timeout=60,
+            )  # fmt: skip
+            text = done.stdout.replace(
+                str(Path(job.scenario.path).resolve()), "{SCRIPTS}/" + f"{job.name}.py"
+            )
+            (directory / f"{job.name}_rank{rank['rank']}.json").write_text(text, encoding="utf-8")
+
+
+def run_job(job: Job, verbose: bool, dump: Path | None = None) -> dict[str, tuple[bool, bool]]:
     """Start the job, read it from the launcher and from a rank; always end it."""
     results: dict[str, tuple[bool, bool]] = {}
     token = ""
@@ -125,6 +154,8 @@ def run_job(job: Job, verbose: bool) -> dict[str, tuple[bool, bool]]:
                     results[via] = (False, False)
                     continue
                 data, took, error = triage_hang(pid)
+                if dump is not None and via == "launcher":
+                    dump_stacks(job, data, dump)
                 first, odd, entry_ok, odd_ok = verdict(job, data)
                 results[via] = (entry_ok, odd_ok)
                 mark = "ok" if entry_ok and odd_ok else "WRONG"
@@ -147,12 +178,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", action="append", default=[], metavar="NAME", help="these jobs only")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each rank's reading")
+    parser.add_argument("--dump", type=Path, metavar="DIR", help="write each rank's py-spy dump here")
     args = parser.parse_args()
     jobs = [read_job(p) for p in sorted(JOBS.glob("*.py")) if not args.only or p.stem in args.only]
     print(f"{len(jobs)} hung jobs from {JOBS.relative_to(REPO)}/")
     totals: dict[str, list[tuple[bool, bool]]] = {}
     for job in jobs:
-        for via, result in run_job(job, args.verbose).items():
+        for via, result in run_job(job, args.verbose, args.dump).items():
             totals.setdefault(via, []).append(result)
             if job.held_out:
                 totals.setdefault(f"{via}, held out", []).append(result)

@@ -86,6 +86,7 @@ def read_rank(
         worker_frames=worker_frames,
         threads=threads,
         world_asked=dump.world_asked,
+        counters=dump.counters,
     )
 
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, replace
 
 from probes.subproc import run_command
-from triage.core.hang.classify import is_library
+from triage.core.hang.classify import in_distributed, is_library
 from triage.core.hang.stacks import Frame, ThreadStack
 
 PTRACE_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
@@ -35,6 +35,7 @@ class Dump:
     threads: tuple[ThreadStack, ...] = ()  # the other Python threads, with their stacks
     # init_process_group's world_size argument, where the arguments were read and it waits there
     world_asked: int | None = None
+    counters: tuple[tuple[str, str, int], ...] = ()  # the user frames' integer locals, where read
 
 
 OVERRIDE_VAR = "TRIAGE_PY_SPY"  # a py-spy to use instead of the one beside python or on PATH
@@ -99,6 +100,25 @@ def _argument(frame: dict[str, object], names: tuple[str, ...]) -> int | None:
     return None
 
 
+MAX_COUNTERS = 32  # integer locals kept per rank, at most
+
+
+def counters_of(frames: list[object]) -> tuple[tuple[str, str, int], ...]:
+    """The integer locals of the user's own frames, as ("file:line", name, value): the loop
+    counters (`epoch`, `step`) that tell ranks waiting at the same line in different iterations.
+    Nothing but integers is kept."""
+    found: list[tuple[str, str, int]] = []
+    for frame in (f for f in frames if isinstance(f, dict)):
+        where = f"{frame.get('filename', '')}:{frame.get('line', 0)}"
+        if is_library(str(frame.get("filename", ""))) or not isinstance(frame.get("locals"), list):
+            continue
+        for item in frame["locals"]:
+            text = str(item.get("repr", "")).strip() if isinstance(item, dict) else ""
+            if text.lstrip("-").isdigit() and len(text) < 19:
+                found.append((where, str(item.get("name", "")), int(text)))
+    return tuple(found[:MAX_COUNTERS])
+
+
 def rank_argument(frames: list[object]) -> int | None:
     """The rank a spawned process was given, from its frames' arguments (outermost first)."""
     found = [f for f in reversed(frames) if isinstance(f, dict)]
@@ -152,6 +172,7 @@ def parse_dump(text: str, pid: int, rank_of: bool = False) -> Dump:
     raw_frames = main.get("frames")
     rank = rank_argument(raw_frames) if rank_of and isinstance(raw_frames, list) else None
     world = world_argument(raw_frames) if rank_of and isinstance(raw_frames, list) else None
+    counters = counters_of(raw_frames) if rank_of and isinstance(raw_frames, list) else ()
     others = tuple(
         ThreadStack(
             str(t.get("thread_name") or t.get("os_thread_id") or "?"), _frames(t), bool(t.get("active"))
@@ -159,7 +180,7 @@ def parse_dump(text: str, pid: int, rank_of: bool = False) -> Dump:
         for t in threads
         if isinstance(t, dict) and t is not main
     )
-    return Dump(_frames(main), bool(main.get("active")), rank, others[:MAX_THREADS], world)
+    return Dump(_frames(main), bool(main.get("active")), rank, others[:MAX_THREADS], world, counters)
 
 
 def _in_init(frame: object) -> bool:
@@ -186,6 +207,10 @@ def _frames(thread: dict[str, object]) -> tuple[Frame, ...]:
     )
 
 
+def _in_torch(frames: tuple[Frame, ...]) -> bool:
+    return in_distributed(frames) or any("/torch/" in f.file for f in frames)
+
+
 def sample(pid: int, timeout_s: float, gap_s: float = 0.3, rank_of: bool = False) -> tuple[Dump, bool]:
     """Two reads `gap_s` apart: the later one (with the rank the first read found, for `rank_of`),
     and whether the stack moved in between."""
@@ -196,9 +221,12 @@ def sample(pid: int, timeout_s: float, gap_s: float = 0.3, rank_of: bool = False
     except StackUnreadable:
         return first, False
     moved = second.frames != first.frames or second.active
-    world = first.world_asked
-    if world is None and not moved and any(f.function == "init_process_group" for f in second.frames):
-        # waiting while the group forms: how many ranks did it ask for? (its arguments, read once)
+    world, counters = first.world_asked, first.counters
+    if world is None and not counters and not moved and _in_torch(second.frames):
+        # waiting while the group forms, how many ranks did it ask for? waiting in a collective (a
+        # torch.distributed call, DDP's in backward()), in which iteration of its loops? (its
+        # arguments and integer locals, read once)
         with contextlib.suppress(StackUnreadable):
-            world = dump(pid, timeout_s, rank_of=True).world_asked
-    return replace(second, rank=first.rank, world_asked=world), moved
+            with_locals = dump(pid, timeout_s, rank_of=True)
+            world, counters = with_locals.world_asked, with_locals.counters
+    return replace(second, rank=first.rank, world_asked=world, counters=counters), moved

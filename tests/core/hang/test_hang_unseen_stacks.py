@@ -133,3 +133,78 @@ def test_ranks_the_group_asks_for_that_nothing_started_are_named() -> None:
     assert picture.missing_ranks == (2, 3) and "world_size=4" in picture.verdict
     # without the argument (a process read before it), the same stacks name no rank
     assert _job("d1_hardcoded_world").suspect_ranks == ()
+
+
+def test_a_rank_that_broke_out_of_a_counting_loop_took_a_decision_of_its_own() -> None:
+    """Early stopping on each rank's own eval metric (i_d19_trainer_early_stop, 4 ranks): rank 2
+    left `for _ in range(max_steps)` through its `break` and waits in save_model's barrier, the
+    others in DDP's backward inside that loop. A counting loop runs as often on every rank: out of
+    it early is a rank-local decision (D19), not the end of its data (D9)."""
+    picture = _job("i_d19_trainer_early_stop")
+    assert [d.entry for d in picture.diagnoses][:2] == ["D19", "D9"], _says(picture)
+    assert picture.suspect_ranks == (2,), _says(picture)
+    assert "for _ in range(max_steps)" in picture.diagnoses[0].evidence[0]
+    # a loop over the data left early is still running out of batches
+    assert _job("i_d9_bucket_sampler").diagnoses[0].entry == "D9"
+
+
+def test_a_collective_from_a_thread_only_one_rank_runs_is_the_odd_one() -> None:
+    """Rank 0 validates in a background thread that all-reduces the accuracy, while its main
+    thread and rank 1 wait in the gradient all_reduce at the same line (i_d21_async_eval_thread):
+    the main threads look alike, the extra thread's collective is the one rank 1 never issues."""
+    picture = _job("i_d21_async_eval_thread")
+    assert picture.diagnoses[0].entry == "D21" and picture.suspect_ranks == (0,), _says(picture)
+    assert "thread 'validation'" in picture.diagnoses[0].evidence[0]
+    assert "i_d21_async_eval_thread.py:27" in picture.diagnoses[0].evidence[0]
+
+
+def _spawned(job: str, ranks: tuple[int, ...], asked: int, master: str) -> HangPicture:
+    """mp.spawn's ranks as the probe reads them: no WORLD_SIZE in their environment, the world
+    size from init_process_group's argument (py-spy --locals), MASTER_ADDR where the parent set it."""
+    samples = [
+        replace(
+            _rank(job, r, 0, "torch.multiprocessing.spawn"),
+            world_size=None,
+            local_world_size=None,
+            world_asked=asked,
+            master_addr=master,
+        )
+        for r in ranks
+    ]
+    return analyse(samples)
+
+
+def test_spawned_ranks_past_the_ones_that_run_were_never_started() -> None:
+    """world_size = nodes * gpus with --nodes defaulting to 2, mp.spawn of 2 on one machine meeting
+    on 127.0.0.1 (i_d1_nodes_times_gpus): ranks 0 and 1 wait in init for ranks 2 and 3."""
+    picture = _spawned("i_d1_nodes_times_gpus", (0, 1), 4, "127.0.0.1")
+    assert picture.diagnoses[0].entry == "D1" and picture.suspect_ranks == (2, 3), _says(picture)
+    assert "world_size=4" in picture.verdict
+    # a master elsewhere: ranks 2 and 3 may run on another node, nobody is named
+    elsewhere = _spawned("i_d1_nodes_times_gpus", (0, 1), 4, "10.0.0.7")
+    assert elsewhere.suspect_ranks == () and elsewhere.notes, _says(elsewhere)
+
+
+def test_a_spawned_rank_missing_between_two_that_run_is_gone() -> None:
+    """Rank 1 of 3 exited (sys.exit(0)) before init_process_group; ranks 0 and 2 wait there
+    (i_d20_spawn_exit_early; MASTER_ADDR set inside the worker, so not in its environment)."""
+    picture = _spawned("i_d20_spawn_exit_early", (0, 2), 3, "")
+    assert picture.diagnoses[0].entry == "D20" and picture.suspect_ranks == (1,), _says(picture)
+
+
+def test_ranks_at_the_same_line_in_different_epochs_drifted_apart() -> None:
+    """Rank 1's shard makes 3 batches an epoch, rank 0's 20 (i_d9_generator_pairs): gloo pairs the
+    epoch's loss all_reduce of rank 1 with a gradient all_reduce of rank 0, and both end up
+    waiting at the gradient all_reduce, in different epochs. The stacks alone are alike; the loop
+    counters (py-spy --locals) tell rank 1 went through more epochs, on fewer batches each."""
+    samples = []
+    for r in range(2):
+        text = (DUMPS / f"i_d9_generator_pairs_rank{r}.json").read_text(encoding="utf-8")
+        counters = parse_dump(text.replace("{SCRIPTS}", str(DUMPS)), 100 + r, rank_of=True).counters
+        assert ("epoch" in {name for _, name, _ in counters}) and not parse_dump(text, 100 + r).counters
+        samples.append(replace(_rank("i_d9_generator_pairs", r, 2), counters=counters))
+    picture = analyse(samples)
+    assert picture.diagnoses[0].entry == "D9" and picture.suspect_ranks == (1,), _says(picture)
+    assert "for epoch in range(10)" in picture.diagnoses[0].evidence[0]
+    # without the counters the same stacks name nobody
+    assert _job("i_d9_generator_pairs").suspect_ranks == ()

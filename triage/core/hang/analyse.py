@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from triage.core.hang.classify import JOINING, RankState, classify
+from triage.core.hang.classify import JOINING, RankState, classify, in_distributed
+from triage.core.hang.drift import drifted
 from triage.core.hang.mismatch import (
     GROUPS_WHY,
     POINT_TO_POINT,
@@ -134,9 +135,78 @@ def analyse(samples: list[RankSample], records: Sequence[RankRecord] = ()) -> Ha
     seen = {s.rank for s in samples}
     states += [state_from_record(r) for r in records if r.rank not in seen]
     world = max([0] + [s.world_size or 0 for s in samples] + [r.world_size or 0 for r in records]) or None
-    picture = analyse_states(states, world, visible_slots(samples, world))
     asked = max((s.world_asked or 0 for s in samples), default=0)
-    return with_records(_never_started(picture, asked), read, records)
+    if world is None and asked:  # mp.spawn's ranks: the world is the script's own argument
+        picture = _fewer_spawned(analyse_states(states, asked, _spawned_slots(samples, asked)), asked)
+    else:
+        picture = _never_started(analyse_states(states, world, visible_slots(samples, world)), asked)
+    return with_records(drifted(_extra_thread(picture, samples), samples), read, records)
+
+
+def _spawned_slots(samples: Sequence[RankSample], world: int) -> int:
+    """visible_slots for ranks whose environment does not say the world size: also the whole
+    world where every rank missing lies between two ranks seen on this one host (a launcher
+    numbers its ranks on a node in a row: the one missing there was started here and is gone)."""
+    slots = visible_slots(samples, world)
+    seen = [s.rank for s in samples if s.rank is not None]
+    if slots >= world or not seen or len({s.host for s in samples}) != 1:
+        return slots
+    missing = set(range(world)) - set(seen)
+    return world if all(min(seen) < r < max(seen) for r in missing) else slots
+
+
+def _fewer_spawned(picture: HangPicture, asked: int) -> HangPicture:
+    """Ranks a script started itself (mp.spawn), counted by init_process_group(world_size=asked):
+    missing ranks numbered past every rank that runs were never started (D1); one missing
+    between them was started and is gone (D20, as analyse_states reads it)."""
+    missing, first = picture.missing_ranks, picture.diagnoses[0] if picture.diagnoses else None
+    running = [s.rank for s in picture.ranks if s.rank is not None and s.kind != "exited"]
+    if not missing or first is None or first.entry != "D20" or not running or min(missing) < max(running):
+        return picture
+    line = (
+        f"init_process_group(world_size={asked}) counts {rank_label(missing)}, which nothing started "
+        f"(the script started {len(running)})"
+    )
+    evidence = (*first.evidence, line)
+    return replace(
+        picture,
+        verdict=f"{rank_label(missing)} never joined: {line}",
+        diagnoses=(Diagnosis("D1", evidence), Diagnosis("D20", evidence), *picture.diagnoses[2:]),
+    )
+
+
+def _extra_thread(picture: HangPicture, samples: Sequence[RankSample]) -> HangPicture:
+    """Ranks with a second collective in flight, issued from a thread of theirs while their main
+    thread waits in its own, where the other ranks have no such thread: the thread's collective is
+    one the others never issue (a thread started on some ranks only), so the sequences part (D21)."""
+    if picture.suspect_ranks or not picture.diagnoses:
+        return picture
+    extra: dict[int, RankState] = {}
+    for sample in samples:
+        state = next((s for s in picture.ranks if s.pid == sample.pid), None)
+        thread = next((t for t in sample.threads if in_distributed(t.frames)), None)
+        if sample.rank is None or state is None or thread is None or state.kind != "collective":
+            continue
+        if "in thread" not in state.via:  # the main thread waits in a collective of its own
+            alone = classify(replace(sample, frames=thread.frames, threads=()))
+            extra[sample.rank] = replace(alone, via=f"in thread {thread.name!r}")
+    ranks = {s.rank for s in picture.ranks if s.rank is not None}
+    if not extra or len(extra) >= len(ranks):
+        return picture
+    odd = tuple(sorted(extra))
+    first = extra[odd[0]]
+    line = (
+        f"{rank_label(odd)} {'has' if len(odd) == 1 else 'have'} a second collective in flight: "
+        f"{first.describe()}, while the main thread waits in its own; "
+        f"{rank_label(tuple(sorted(ranks - set(odd))))} never issues it"
+    )
+    evidence = (line, *(d for d in picture.diagnoses[0].evidence))
+    return replace(
+        picture,
+        suspect_ranks=odd,
+        verdict=f"{rank_label(odd)} issued a collective from a thread the other ranks do not run",
+        diagnoses=(Diagnosis("D21", evidence), Diagnosis("D19", evidence)),
+    )
 
 
 def _never_started(picture: HangPicture, asked: int) -> HangPicture:

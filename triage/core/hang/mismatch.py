@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from triage.core.hang.classify import RankState
-from triage.core.hang.paths import branch_only, context, how_skipped, left_early, past_loop
+from triage.core.hang.paths import branch_only, context, how_skipped, left_by_jump, left_early, past_loop
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,18 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                     f"{early.state.user_frame.where() if early.state.user_frame else '?'}, while "
                     f"{rank_label(busy.ranks)} is still inside it ({busy.state.describe()})",
                 )
+                jump = left_by_jump(early.state, busy.state)
+                if jump:
+                    evidence = (
+                        f"{evidence[0]}; `{jump[2]}` runs as many times on every rank, so "
+                        f"{rank_label(early.ranks)} left it through the `{jump[1]}` at line {jump[0]}: "
+                        "a decision taken on its own values (a rank-local metric or flag) that the "
+                        "others did not take",
+                    )
+                    verdict = (
+                        f"{rank_label(early.ranks)} left the loop on a decision the other ranks did not take"
+                    )
+                    return [Diagnosis("D19", evidence), Diagnosis("D9", evidence)], ints(early.ranks), verdict
                 verdict = f"{rank_label(early.ranks)} ran out of batches before the others"
                 return (
                     [Diagnosis("D9", evidence), Diagnosis("D22", evidence)],

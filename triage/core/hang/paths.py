@@ -25,6 +25,11 @@ _DATA_LOOP = re.compile(
 )
 
 
+def data_header(header: str) -> bool:
+    """Whether a loop's header (`for batch in loader`) runs over the data."""
+    return bool(_DATA_LOOP.search(header))
+
+
 def _over_data(ctx: LineContext, loop: tuple[int, int]) -> bool:
     header = next((b[2] for b in ctx.blocks if (b[0], b[1]) == loop), "")
     return not header or bool(_DATA_LOOP.search(header))
@@ -33,6 +38,47 @@ def _over_data(ctx: LineContext, loop: tuple[int, int]) -> bool:
 def _trains(state: RankState) -> bool:
     """`state` waits in the gradient sync of a training step (DDP's in backward(), FSDP's)."""
     return "backward" in state.via or "FSDP" in state.via
+
+
+# A loop that counts (`for _ in range(max_steps)`, its bound not taken from the data) runs as many
+# times on every rank: a rank out of it early took one of its jumps, a decision of its own (early
+# stopping on a rank-local metric), not an end of data.
+_COUNTED = re.compile(r"^for .+ in range\((?P<bound>.*)\)$")
+_FROM_DATA = re.compile(r"len\(|load|batch|data|\bdl\b|sampler|shard|sample|record|example|token", re.I)
+
+
+def _counted(header: str) -> bool:
+    found = _COUNTED.match(header)
+    return found is not None and not _FROM_DATA.search(found.group("bound"))
+
+
+def _busy_loops(early: RankState, busy: RankState) -> list[tuple[int, int, str, LineContext]]:
+    """The loops `busy` is still in and `early` is out of, as (first line, last line, header, the
+    context of busy's line in that loop's function)."""
+    e, b = context(early), context(busy)
+    found: list[tuple[int, int, str, LineContext]] = []
+    ef, bf = early.user_frame, busy.user_frame
+    same_function = bool(ef and bf and ef.file == bf.file) and e.function == b.function
+    if same_function and b.loop is not None and e.loop != b.loop:
+        found += [(*blk, b) for blk in b.blocks if blk[:2] == b.loop]
+    parted = parting(early, busy)
+    if parted is not None:
+        e_line, _, _, b_ctx, depth = parted
+        found += [(*blk, b_ctx) for blk in _own_blocks(b_ctx, e_line) if not blk[2].startswith("if ")]
+        for _, c in _outermost_first(busy)[depth + 1 :]:
+            found += [(*blk, c) for blk in c.blocks if blk[:2] == c.loop]
+    return found
+
+
+def left_by_jump(early: RankState, busy: RankState) -> tuple[int, str, str] | None:
+    """A counting loop `busy` is still in, that `early` left through one of its `break`s or
+    `return`s: (the jump's line, its kind, the loop's header), or None."""
+    for first, last, header, ctx in _busy_loops(early, busy):
+        if _counted(header) and ctx.loop == (first, last):
+            jump = next(((line, kind) for line, kind in ctx.jumps if kind in ("break", "return")), None)
+            if jump:
+                return (*jump, header)
+    return None
 
 
 def past_loop(early: RankState, busy: RankState) -> bool:

@@ -75,3 +75,6 @@ class RankSample:
     worker_frames: tuple[Frame, ...] = ()  # that worker's own frames, innermost first
     threads: tuple[ThreadStack, ...] = ()  # the process's other Python threads
     world_asked: int | None = None  # init_process_group's world_size argument, where it waits there
+    # The integer locals of its user frames ("file:line", name, value): the loop counters, read
+    # where it waits in a collective, to tell ranks at the same line in different iterations.
+    counters: tuple[tuple[str, str, int], ...] = ()
