@@ -1,0 +1,127 @@
+"""Mechanisms that session 8's unseen scripts needed (eval/lint/README.md, "Session 8"), each on its
+own, quoting the real code of a train-split file. Each test shows the finding appear or go away for
+the real idiom and the opposite for the code next to it."""
+
+from __future__ import annotations
+
+from tests.core.lint import test_lint_unseen_idioms as unseen
+
+HEAD = "import os\nimport sys\nimport subprocess\nimport torch\nimport torch.distributed as dist\n"
+
+
+def codes(body: str) -> list[str]:
+    return unseen.codes(body, HEAD)
+
+
+def test_a_rank_spelled_in_capitals_gates_like_the_lower_case_name() -> None:
+    # open-mmlab/OpenPCDet tools/train.py: the local rank comes back from its own launcher helper
+    # into a config field, `total_gpus, cfg.LOCAL_RANK = common_utils.init_dist_pytorch(...)`.
+    body = """
+        from torch.utils.tensorboard import SummaryWriter
+        from pcdet.utils import common_utils
+        def main(cfg, args):
+            total_gpus, cfg.LOCAL_RANK = common_utils.init_dist_pytorch(args.tcp_port, args.local_rank)
+            dist.init_process_group("nccl")
+            tb_log = SummaryWriter(log_dir="tensorboard") if cfg.LOCAL_RANK == 0 else None
+        if __name__ == "__main__":
+            main(None, None)
+    """
+    assert "TRG023" not in codes(body)
+    assert "TRG023" in codes(body.replace("if cfg.LOCAL_RANK == 0 else None", "if cfg.VERBOSE else None"))
+
+
+def test_a_function_that_starts_the_workers_as_subprocesses_runs_once() -> None:
+    # NVIDIA/waveglow distributed.py: main() makes the log folder, then starts one
+    # `python train.py --rank=i` per GPU; the same file's gradient hook runs in the workers.
+    body = """
+        def apply_gradient_allreduce(module):
+            for param in module.parameters():
+                dist.all_reduce(param.grad.data)
+            return module
+
+        def main(config, stdout_dir, args_str):
+            args_list = ["train.py"] + args_str.split(" ")
+            if not os.path.isdir(stdout_dir):
+                os.makedirs(stdout_dir)
+            workers = []
+            for i in range(torch.cuda.device_count()):
+                args_list[-1] = "--rank={}".format(i)
+                p = subprocess.Popen([str(sys.executable)] + args_list)
+                workers.append(p)
+            for p in workers:
+                p.wait()
+
+        if __name__ == "__main__":
+            main("config.json", "logs", "")
+    """
+    assert "TRG023" not in codes(body)
+    # Without the launch, main() is per-rank code and the unguarded makedirs races.
+    without = body.replace("p = subprocess.Popen([str(sys.executable)] + args_list)", "p = run_here(i)")
+    assert "TRG023" in codes(without)
+
+
+def test_a_model_wrapped_on_the_cpu_and_moved_after_the_wrap_is_reported() -> None:
+    # narumiruna/pytorch-distributed-example before d34d9d9 ("Fix GPU DistributedDataParallel"):
+    # `net = Net()`, `net = DistributedDataParallel(net)`, then `net.to(device)`.
+    body = """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(784, 10)
+        def run(args):
+            dist.init_process_group(backend=args.backend)
+            device = torch.device("cuda")
+            net = Net()
+            net = nn.parallel.DistributedDataParallel(net)
+            net.to(device)
+        run(None)
+    """
+    assert "TRG004" in codes(body)
+    fixed = body.replace("net = Net()\n", "net = Net().to(device)\n").replace("net.to(device)", "pass")
+    assert "TRG004" not in codes(fixed)
+    # A DDP model on the CPU that stays there (gloo) is a choice, not a bug.
+    assert "TRG004" not in codes(body.replace("net.to(device)", "pass"))
+
+
+def test_a_prepared_model_is_followed_into_the_functions_it_is_passed_to() -> None:
+    # nnaisense/bayesian-flow-networks train.py (#6): main() prepares the model, train(cfg, acc,
+    # model, ...) validates under `is_main` with `validate(model=model, ema_model=ema_model, ...)`,
+    # where `model_to_eval = ema_model if ema_model is not None else model` runs the DDP forward.
+    body = """
+        from accelerate import Accelerator
+        def validate(model, ema_model, val_dataloader, accelerator):
+            model_to_eval = ema_model if ema_model is not None else model
+            for eval_batch in val_dataloader:
+                loss = model_to_eval(eval_batch.to(accelerator.device)).item()
+            return loss
+
+        def train(accelerator, model, ema_model, dataloaders, optimizer):
+            is_main = accelerator.is_main_process
+            for step in range(1000):
+                loss = model(next(dataloaders["train"]))
+                accelerator.backward(loss)
+                optimizer.step()
+                if is_main and step % 100 == 0:
+                    validate(model=model, ema_model=ema_model, val_dataloader=dataloaders["val"],
+                             accelerator=accelerator)
+
+        def main():
+            acc = Accelerator()
+            model, optimizer, dataloaders = setup()
+            ema = None
+            model, optimizer, dataloaders["train"] = acc.prepare(model, optimizer, dataloaders["train"])
+            train(acc, model, ema, dataloaders, optimizer)
+
+        if __name__ == "__main__":
+            main()
+    """
+    assert "TRG036" in codes(body)
+    # The author's intended path, the EMA copy (a plain module), communicates with no one.
+    assert "TRG036" not in codes(body.replace("ema_model if ema_model is not None else model", "ema_model"))
+    # A parameter two callers fill with different things is not taken for either.
+    twice = body.replace(
+        "train(acc, model, ema, dataloaders, optimizer)",
+        "train(acc, model, ema, dataloaders, optimizer)\n            train(acc, setup()[0], ema, dataloaders, optimizer)",
+    )
+    assert "TRG036" not in codes(twice)
