@@ -4,6 +4,8 @@ the real idiom and the opposite for the code next to it."""
 
 from __future__ import annotations
 
+import textwrap
+
 from tests.core.lint import test_lint_unseen_idioms as unseen
 
 HEAD = "import os\nimport sys\nimport subprocess\nimport torch\nimport torch.distributed as dist\n"
@@ -125,3 +127,47 @@ def test_a_prepared_model_is_followed_into_the_functions_it_is_passed_to() -> No
         "train(acc, model, ema, dataloaders, optimizer)\n            train(acc, setup()[0], ema, dataloaders, optimizer)",
     )
     assert "TRG036" not in codes(twice)
+
+
+SIMSIAM = """
+    def main(args):
+        train_set = get_dataset(args.dataset, args.data_dir, train=True)
+        train_loader = torch.utils.data.DataLoader(
+            dataset=train_set, batch_size=args.batch_size, shuffle=True, drop_last=True
+        )
+        model = get_model(args.model).to(args.device)
+        if args.local_rank >= 0:
+            torch.cuda.set_device(args.local_rank)
+            torch.distributed.init_process_group(backend="nccl", init_method="env://")
+            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.local_rank])
+        for epoch in range(args.num_epochs):
+            for images, labels in train_loader:
+                model(images).mean().backward()
+    if __name__ == "__main__":
+        main(get_args())
+"""
+
+
+def test_a_shuffling_loader_with_no_distributed_sampler_under_ddp_is_reported() -> None:
+    # PatrickHua/SimSiam main.py before 3c17c32 (and #16): torch.distributed.launch + DDP, and the
+    # train loader is `DataLoader(dataset=train_set, ..., shuffle=True)`: each rank runs all the data.
+    assert "TRG025" in codes(SIMSIAM)
+    sampled = SIMSIAM.replace(
+        "shuffle=True, drop_last=True",
+        "sampler=torch.utils.data.distributed.DistributedSampler(train_set), drop_last=True",
+    )
+    assert "TRG025" not in codes(sampled)
+    # A dataset split by rank before the loader (nanoVLM: `train_ds.shard(num_shards=world_size,
+    # index=rank)`) already gives each rank its part.
+    sharded = SIMSIAM.replace(
+        "train=True)", "train=True)\n        train_set = train_set.shard(num_shards=world, index=args.rank)"
+    )
+    assert "TRG025" not in codes(sharded)
+    # An evaluation loader on every rank is duplicated work, not a training bug.
+    assert "TRG025" not in codes(SIMSIAM.replace("train_set", "val_set"))
+    # Accelerate shards the loaders it prepares.
+    accelerated = "from accelerate import Accelerator\n" + textwrap.dedent(SIMSIAM).replace(
+        "model = get_model(args.model).to(args.device)",
+        "model = get_model(args.model).to(args.device)\n    model, train_loader = Accelerator().prepare(model, train_loader)",
+    )
+    assert "TRG025" not in codes(accelerated)
