@@ -2,7 +2,7 @@
 # established by the fix commit ("optimize dataloader and fix #37"; #37: "the Dataloader ...
 #   not used pytorch's DistributedSampler, which makes the data is actually duplicated in each
 #   GPU"): the fix builds the loader with DistributedSampler(dataset).
-# expect: TRG022
+# expect: TRG025
 # (the real file before the fix, unmodified below this header: Shark-NLP/DiffuSeq diffuseq/text_datasets.py at bea43e1fd0a9; licence: MIT (c) Shark-NLP)
 # import blobfile as bf
 import numpy as np

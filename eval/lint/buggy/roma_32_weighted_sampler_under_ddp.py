@@ -2,7 +2,7 @@
 # established (closed; the maintainer: "Yes all data goes to all. Its not really intentional.
 #   Distributed sampler should be used"): the DDP training loop draws from a plain
 #   WeightedRandomSampler, so every rank samples from the whole dataset (file at the issue's date).
-# expect: TRG022
+# expect: TRG025
 # (the real file before the fix, unmodified below this header: Parskatt/RoMa experiments/roma_indoor.py at 3fc8902; licence: MIT (c) Johan Edstedt)
 import os
 import torch

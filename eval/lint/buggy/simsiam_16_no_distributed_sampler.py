@@ -2,7 +2,7 @@
 # established (closed; the maintainer: "I've changed the code."): under
 #   torch.distributed.launch + DDP the train loader has `shuffle=True` and no DistributedSampler,
 #   so every rank runs the whole dataset each epoch (the file at the date).
-# expect: TRG022
+# expect: TRG025
 # (the real file before the fix, unmodified below this header: PatrickHua/SimSiam main.py at d22ce2a; licence: MIT (c) PatrickHua)
 import os
 import torch

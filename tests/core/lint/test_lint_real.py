@@ -61,14 +61,15 @@ KNOWN_MISSES = {
     "fix_var_8198567e_allreduce_visualizer_only.py",
     # Session 8's unseen batch. A one-off print of the settings (TRG037 reports prints in loops).
     "fix_alpaca_lora_fcbc45e_print_every_rank.py",
-    # A DataLoader with no DistributedSampler at all under DDP: no rule looks for the absence.
+    # A loader with no DistributedSampler built in a data module that wraps nothing itself (TRG025
+    # judges loaders in the file that wraps the model in DDP).
     "fix_diffuseq_82a2c40_no_distributed_sampler.py",
     # Parameters the loss does not reach (MoE experts, an unused head) without
     # find_unused_parameters=True: which parameters a forward uses is not visible statically.
     "fix_minimind_5dd4df7_moe_unused_parameters.py",
     "fix_simsiam_3c17c32_unused_parameters.py",
 }
-TEST_SPLIT_MISSES_AT_MOST = 7
+TEST_SPLIT_MISSES_AT_MOST = 5
 
 
 def test_the_bugs_github_threads_established_are_found() -> None:
