@@ -59,8 +59,8 @@ class RankProcesses:
 
     def _subprocess_launchers(self) -> set[ast.AST]:
         """A function that starts the workers as new Python interpreters (`subprocess.Popen(
-        [sys.executable, "train.py", f"--rank={i}"])`, as NVIDIA's waveglow and tacotron2
-        `distributed.py` do) is the parent: it and the module that calls it run once."""
+        [sys.executable, "train.py", f"--rank={i}"])`, as NVIDIA's waveglow
+        `distributed.py` does) is the parent: it and the module that calls it run once."""
         launchers: set[ast.AST] = set()
         for call in self.script.calls("Popen", "run", "call", "check_call"):
             if not call.name.startswith("subprocess."):
