@@ -163,6 +163,12 @@ def test_a_shuffling_loader_with_no_distributed_sampler_under_ddp_is_reported() 
         "train=True)", "train=True)\n        train_set = train_set.shard(num_shards=world, index=args.rank)"
     )
     assert "TRG025" not in codes(sharded)
+    # So does a dataset builder of the same file that shards by rank.
+    built = SIMSIAM.replace(
+        "def main(args):",
+        "def get_dataset(name, root, train):\n        return Images(root, part=dist.get_rank(), parts=dist.get_world_size())\n    def main(args):",
+    )
+    assert "TRG025" not in codes(built)
     # An evaluation loader on every rank is duplicated work, not a training bug.
     assert "TRG025" not in codes(SIMSIAM.replace("train_set", "val_set"))
     # Accelerate shards the loaders it prepares.

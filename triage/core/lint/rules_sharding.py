@@ -103,6 +103,10 @@ def _dataset_text(ctx: Context, call: Call) -> str:
     for assign in ctx.script.of_type(ast.Assign):
         if ctx.script.scope_of(assign) is scope and dotted(data) in {dotted(t) for t in assign.targets}:
             texts.append(ast.unparse(assign.value))
+            for inner in ast.walk(assign.value):  # `train_set = build_dataset(args)` of this file
+                builder = ctx.script.local_function(inner) if isinstance(inner, ast.Call) else None
+                if builder is not None:
+                    texts.append(ast.unparse(builder))
     for node in ast.walk(scope):  # `train_ds = train_ds.shard(...)` anywhere in the function
         if isinstance(node, ast.Call) and dotted(node.func).startswith(dotted(data) + "."):
             texts.append(ast.unparse(node))
