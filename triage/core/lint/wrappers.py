@@ -169,8 +169,8 @@ class Wrappers:
             return None
         if self._conditional is None:
             self._conditional = {}
-            for node in ast.walk(self.script.tree):
-                if isinstance(node, ast.Assign) and isinstance(node.value, ast.IfExp):
+            for node in self.script.of_type(ast.Assign):
+                if isinstance(node.value, ast.IfExp):
                     for target in node.targets:
                         if isinstance(target, ast.Name):
                             owner = id(self.script.scope_of(node))
