@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from triage.core.lint.script import FunctionNode, Script
+from triage.core.lint.script import FunctionNode, Script, dotted
 
 
 class RankProcesses:
@@ -38,7 +38,7 @@ class RankProcesses:
     def _launcher_functions(self) -> set[ast.AST]:
         """With mp.spawn, the code that starts the workers runs once, not once per rank."""
         if not self.spawn_targets:
-            return set()
+            return self._subprocess_launchers()
         per_rank: set[str] = set()
         todo = list(self.spawn_targets)
         while todo:
@@ -56,6 +56,21 @@ class RankProcesses:
             if name not in per_rank:
                 launching.update(defs)
         return launching
+
+    def _subprocess_launchers(self) -> set[ast.AST]:
+        """A function that starts the workers as new Python interpreters (`subprocess.Popen(
+        [sys.executable, "train.py", f"--rank={i}"])`, as NVIDIA's waveglow
+        `distributed.py` does) is the parent: it and the module that calls it run once."""
+        launchers: set[ast.AST] = set()
+        for call in self.script.calls("Popen", "run", "call", "check_call"):
+            if not call.name.startswith("subprocess."):
+                continue
+            if not any(dotted(node) == "sys.executable" for node in ast.walk(call.node)):
+                continue
+            scope = self.script.scope_of(call.node)
+            if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+                launchers.update((scope, self.script.tree))
+        return launchers
 
     def per_rank(self, node: ast.AST) -> bool:
         """Whether this code runs in every rank's process (not in an mp.spawn parent)."""

@@ -119,6 +119,7 @@ class RankModel:
 
     @staticmethod
     def _by_name(name: str) -> RankKind | None:
+        name = name.lower() if name.isupper() else name  # OpenPCDet's `cfg.LOCAL_RANK`
         if name in LOCAL_RANK_NAMES:
             return "local"
         return "global" if name in GLOBAL_RANK_NAMES else None

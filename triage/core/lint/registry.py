@@ -20,6 +20,7 @@ from triage.core.lint import (
     rules_fsdp,
     rules_launch,
     rules_placement,
+    rules_sharding,
     rules_side_effects,
 )
 from triage.core.lint.context import Context
@@ -32,6 +33,7 @@ FAMILIES: tuple[ModuleType, ...] = (
     rules_ddp,
     rules_checkpointing,
     rules_data,
+    rules_sharding,
     rules_fsdp,
     rules_deepspeed,
     rules_collectives,

@@ -308,10 +308,10 @@ def _handed_away(ctx: Context, call: Call) -> bool:
             if isinstance(holder, ast.Assign):
                 loaders |= {dotted(t) for t in holder.targets}
     loaders.discard("")
-    return bool(loaders & _run_arguments(ctx))
+    return bool(loaders & run_arguments(ctx))
 
 
-def _run_arguments(ctx: Context) -> set[str]:
+def run_arguments(ctx: Context) -> set[str]:
     """Names handed to a runner from another module: `engine.run(loader)`, `Trainer(model, loader)`."""
     found = ctx.script.cache.get("data.run_arguments")
     if isinstance(found, set):

@@ -28,7 +28,8 @@ TRG004 = Rule(
         " `models.__dict__[arch]()`, `timm.create_model`, a Transformers"
         " `from_pretrained` without `device_map`) and nothing between the two moves it; also"
         " `DDP(Net(), device_ids=[...])`. A model built under `with torch.device(...)`, or in a script"
-        " that sets a default device, is not reported."
+        " that sets a default device, is not reported. Without device_ids: such a model wrapped by"
+        " `DDP(model)` and only moved with `.to(device)` / `.cuda()` after the wrap."
     ),
     why=(
         "`device_ids` tells DDP which GPU holds the module; DDP checks that the parameters are there and"
@@ -110,10 +111,13 @@ def check(ctx: Context) -> Iterator[Finding]:
     if any(ctx.script.calls(*_DEFAULT_DEVICE)):
         return
     for call in ctx.script.call_list:
-        if wrapper_kind(ctx.script, call.node) != "ddp" or _device_ids(call) is None:
+        if wrapper_kind(ctx.script, call.node) != "ddp":
             continue
         module = call.node.args[0] if call.node.args else call.kwarg("module")
         if module is None:
+            continue
+        moved = None if _device_ids(call) is not None else _moved_after(ctx, call, module)
+        if _device_ids(call) is None and moved is None:
             continue
         built = module if isinstance(module, ast.Call) else value_before(ctx.script, module, call.node)
         if built is None or not _built_on_cpu(ctx, built) or _device_context(ctx, built):
@@ -124,5 +128,36 @@ def check(ctx: Context) -> Iterator[Finding]:
             TRG004,
             call.node,
             f"`{what}` is still on the CPU here{origin} and DDP is given device_ids: it raises ValueError"
-            " (device_ids only work with GPU modules); move it to this rank's GPU first, then wrap it",
+            " (device_ids only work with GPU modules); move it to this rank's GPU first, then wrap it"
+            if moved is None
+            else f"`{what}` is still on the CPU when DDP wraps it{origin}, and is only moved to the GPU"
+            f" after, at line {moved.lineno}: DDP has already registered and broadcast the CPU"
+            " parameters; move it to this rank's GPU first, then wrap it",
         )
+
+
+def _moved_after(ctx: Context, call: Call, module: ast.expr) -> ast.Call | None:
+    """`net = DDP(net)` then `net.to(device)` / `net.cuda()` later in the same function: the author
+    meant a GPU model but wrapped it on the CPU (narumiruna/pytorch-distributed-example#11)."""
+    names = {dotted(module)}
+    for parent in ctx.script.ancestors(call.node):
+        if isinstance(parent, ast.Assign) and parent.value is call.node:
+            names.update(dotted(t) for t in parent.targets)
+        if isinstance(parent, ast.stmt):
+            break
+    names.discard("")
+    scope = ctx.script.scope_of(call.node)
+    for node in ast.walk(scope):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.lineno > call.node.lineno
+            and dotted(node.func.value) in names
+        ):
+            continue
+        if node.func.attr == "cuda" or (
+            node.func.attr == "to"
+            and any(w in ast.unparse(a).lower() for a in node.args for w in _PLACING_WORDS)
+        ):
+            return node
+    return None

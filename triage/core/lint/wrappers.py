@@ -72,6 +72,10 @@ class Wrappers:
         self.first_wrap: dict[tuple[Scope, str], int] = {}  # the line a plain name is first wrapped on
         self.attributes: dict[str, Kind] = {}
         self.sites: dict[Kind, list[ast.Call]] = {}
+        self._resolving: set[tuple[int, str]] = set()  # parameters being traced to their callers
+        self._traced: dict[tuple[int, str], Kind | None] = {}
+        self._calls_of: dict[int, list[Call]] | None = None
+        self._conditional: dict[tuple[int, str], list[ast.IfExp]] | None = None
         self._collect()
 
     def _collect(self) -> None:
@@ -124,7 +128,14 @@ class Wrappers:
                 if found is not None:
                     return found
                 current = None if isinstance(current, ast.Module) else self.script.scope_of(current)
-            return self._engine_parameter(expr.id, scope)
+            key = (id(scope), expr.id)
+            if key not in self._traced:
+                self._traced[key] = (
+                    self._engine_parameter(expr.id, scope)
+                    or self._either_arm(expr.id, scope)
+                    or self._from_callers(expr.id, scope)
+                )
+            return self._traced[key]
         if isinstance(expr, ast.Attribute):
             return self.attributes.get(dotted(expr))
         if isinstance(expr, ast.Call):
@@ -150,6 +161,68 @@ class Wrappers:
             return None
         engines = {n for table in self.names.values() for n, k in table.items() if k == "deepspeed"}
         return "deepspeed" if name in engines else None
+
+    def _either_arm(self, name: str, scope: Scope) -> Kind | None:
+        """`model_to_eval = ema_model if ema_model is not None else model`: the name may hold the
+        wrapped model of either arm (bayesian-flow-networks' validate() without EMA)."""
+        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            return None
+        if self._conditional is None:
+            self._conditional = {}
+            for node in self.script.of_type(ast.Assign):
+                if isinstance(node.value, ast.IfExp):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            owner = id(self.script.scope_of(node))
+                            self._conditional.setdefault((owner, target.id), []).append(node.value)
+        for value in self._conditional.get((id(scope), name), []):
+            for arm in (value.body, value.orelse):
+                found = self._guarded(arm, scope)
+                if found is not None:
+                    return found
+        return None
+
+    def _from_callers(self, name: str, scope: Scope) -> Kind | None:
+        """A parameter holds what this file's callers pass for it, when every call of the function
+        passes the same wrapped object: `train(acc, model, ...)` after `model = acc.prepare(model)`,
+        then `validate(model=model)` inside it."""
+        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            return None
+        params = [a.arg for a in scope.args.posonlyargs + scope.args.args]
+        if name not in params and name not in {a.arg for a in scope.args.kwonlyargs}:
+            return None
+        kinds: set[Kind | None] = set()
+        for call in self._callers().get(id(scope), []):
+            positional = (
+                params[1:] if params[:1] == ["self"] and isinstance(call.node.func, ast.Attribute) else params
+            )
+            given = dict(zip(positional, call.node.args, strict=False))
+            given.update({k.arg: k.value for k in call.node.keywords if k.arg})
+            kinds.add(self._guarded(given[name], call.scope) if name in given else None)
+            if len(kinds) > 1:
+                return None
+        return kinds.pop() if kinds else None
+
+    def _callers(self) -> dict[int, list[Call]]:
+        """Every call of a same-file function, by the function (indexed once per script)."""
+        if self._calls_of is None:
+            self._calls_of = {}
+            for call in self.script.call_list:
+                local = self.script.local_function(call.node)
+                if local is not None:
+                    self._calls_of.setdefault(id(local), []).append(call)
+        return self._calls_of
+
+    def _guarded(self, expr: ast.expr, scope: Scope) -> Kind | None:
+        """`kind()` of an expression in another function, once per (function, text) on the stack."""
+        key = (id(scope), ast.dump(expr))
+        if key in self._resolving or len(self._resolving) > 8:
+            return None
+        self._resolving.add(key)
+        try:
+            return self.kind(expr, scope)
+        finally:
+            self._resolving.discard(key)
 
     def _is_accelerator(self, expr: ast.AST | None, scope: Scope) -> bool:
         if expr is None:
