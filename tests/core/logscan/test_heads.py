@@ -112,3 +112,24 @@ def test_lines_ray_folded_from_several_workers_are_duplicated_output() -> None:
     assert ids(RAY_FOLDED) == ["D23"]
     unfolded = "\n".join(line.split(" [repeated")[0] for line in RAY_FOLDED.splitlines())
     assert ids(unfolded) == []
+
+
+# Two ranks' tracebacks as `torchrun --tee 3` prints them when both fail at once (eval/runs,
+# tee_all_ranks_raise.py): lines of the two blocks alternate.
+_RANK0 = [
+    "[default0]:[rank0]: Traceback (most recent call last):",
+    '[default0]:[rank0]:   File "/work/train.py", line 32, in <module>',
+    "[default0]:[rank0]:     main()",
+    '[default0]:[rank0]:   File "/work/train.py", line 18, in schedule',
+    '[default0]:[rank0]:     return min(1.0, step / CONFIG["warmup_steps"])',
+    "[default0]:[rank0]: TypeError: unsupported operand type(s) for /: 'int' and 'str'",
+]
+_RANK1 = [line.replace("default0]:[rank0", "default1]:[rank1") for line in _RANK0]
+
+
+def test_tracebacks_of_ranks_alternating_line_by_line_are_interleaved() -> None:
+    mixed = [line for pair in zip(_RANK0, _RANK1, strict=True) for line in pair]
+    assert ids("\n".join(mixed)) == ["P4"]
+    assert ids("\n".join(_RANK0 + _RANK1)) == []  # one whole traceback after the other
+    # a rank's progress line between two tracebacks is not a traceback line
+    assert ids("\n".join([*_RANK0, "[default1]:[rank1]: step 3 loss 0.5", *_RANK1])) == []

@@ -6,7 +6,9 @@ Each test names the mechanism an item shows: a traceback through a frozen module
 prints no source line, so the exception below it is the rank's own error; a rank that fails alone
 while torchrun stops the others is the one the others waited for; a DCP load asking for a key the
 checkpoint lacks, or a per-rank checkpoint file never written, is a checkpoint that does not fit
-the job resuming it.
+the job resuming it; torchrun reporting a failed worker twice (default log level, no "will restart"
+line) restarted the group; several ranks' tracebacks alternating line by line (`--tee 3`, every rank
+failing at once) are interleaved.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ def _item(script: str, setting: str = "default") -> dict[str, object]:
         ("rank_fails_before_init.py", "D20", 1),  # rank 1 fails alone; torchrun stops rank 0
         ("dcp_load_new_key.py", "D15", None),  # DCP: Missing key in checkpoint state_dict
         ("resume_per_rank_files.py", "D15", None),  # rank2.pt never written by the 2-rank save
+        ("restart_from_step_zero.py", "MN5", 1),  # two failure reports from one torchrun, two worker pids
+        ("tee_all_ranks_raise.py", "P4", None),  # four ranks' tracebacks alternate line by line
     ],
 )
 def test_real_output_names_the_mistake(kb: KnowledgeBase, script: str, entry: str, rank: int | None) -> None:
@@ -76,3 +80,17 @@ def test_train_outputs_are_read_right(kb: KnowledgeBase) -> None:
                 f"{item['source']}: {[d.entry_id for d in verdict.diagnoses[:3]]} rank {verdict.first_rank}"
             )
     assert 1 - len(misses) / len(items) >= FLOOR, "\n".join(misses)
+
+
+def test_restart_seen_from_the_launchers_reports(kb: KnowledgeBase) -> None:
+    """The restart is read from torchrun's own reports, and what the restarted workers print (a
+    connectFullMesh failure) follows it: without the second report there is no restart."""
+    log = str(_item("restart_from_step_zero.py")["log"])
+    verdict = verdict_for(kb, log)
+    restart = verdict.diagnoses[0]
+    assert restart.entry_id == "MN5" and "started the group again" in restart.reason
+    assert all(d.score < restart.score for d in verdict.diagnoses[1:]), verdict.diagnoses[:3]
+    reports = [n for n, line in enumerate(log.splitlines()) if "failed (exitcode" in line]
+    assert len(reports) == 2
+    first_attempt = "\n".join(log.splitlines()[: reports[0] + 1])
+    assert verdict_for(kb, first_attempt).diagnoses[0].entry_id != "MN5"

@@ -248,17 +248,11 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
     found.extend(uneven_steps(events, first, scan) + hung_in_collective(first, scan))
     if first is None:
         return found
-    restart = [e for e in events if e.kind == "hit" and e.entry_id == RESTART and not e.echo]
-    if (
-        restart
-        and first.kind == "exit"
-        and (first.source, first.line) <= (restart[0].source, restart[0].line)
-    ):
-        found.append(
-            Inferred(
-                RESTART, 0.0, (first, restart[0]), "a worker died and torchrun restarted the group", True
-            )
-        )
+    from triage.core.logscan.restarts import restart  # likewise
+
+    restarted = restart(events, first, scan)
+    if restarted is not None:
+        found.append(restarted)
         return found
     left = _peer_left(events, first, scan)
     if left is not None:
