@@ -8,7 +8,8 @@ while torchrun stops the others is the one the others waited for; a DCP load ask
 checkpoint lacks, or a per-rank checkpoint file never written, is a checkpoint that does not fit
 the job resuming it; torchrun reporting a failed worker twice (default log level, no "will restart"
 line) restarted the group; several ranks' tracebacks alternating line by line (`--tee 3`, every rank
-failing at once) are interleaved.
+failing at once) are interleaved; ranks whose progress counters count to different totals ran
+different numbers of batches.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def _item(script: str, setting: str = "default") -> dict[str, object]:
         ("resume_per_rank_files.py", "D15", None),  # rank2.pt never written by the 2-rank save
         ("restart_from_step_zero.py", "MN5", 1),  # two failure reports from one torchrun, two worker pids
         ("tee_all_ranks_raise.py", "P4", None),  # four ranks' tracebacks alternate line by line
+        ("eval_uneven_then_barrier.py", "D9", None),  # progress bars count to 3 on rank 0, 4 on rank 1
     ],
 )
 def test_real_output_names_the_mistake(kb: KnowledgeBase, script: str, entry: str, rank: int | None) -> None:

@@ -76,6 +76,10 @@ def from_heads(heads: list[str], quiet: bool = False) -> list[Inferred]:
     found = _duplicated_output(heads)
     found.extend(_local_rendezvous(heads))
     found.extend(_interleaved(heads))
+    if not quiet:
+        from triage.core.logscan.progress import uneven_totals  # progress.py builds on Inferred too
+
+        found.extend(uneven_totals(heads))
     if quiet and not found:
         found.extend(_missing_members(heads))
     return found
