@@ -7,7 +7,8 @@ prints no source line, so the exception below it is the rank's own error; a rank
 while torchrun stops the others is the one the others waited for; a DCP load asking for a key the
 checkpoint lacks, or a per-rank checkpoint file never written, is a checkpoint that does not fit
 the job resuming it; torchrun reporting a failed worker twice (default log level, no "will restart"
-line) restarted the group; several ranks' tracebacks alternating line by line (`--tee 3`, every rank
+line), or whose workers' output goes on after its report with no failure summary, restarted the
+group; several ranks' tracebacks alternating line by line (`--tee 3`, every rank
 failing at once) are interleaved; ranks whose progress counters count to different totals ran
 different numbers of batches.
 """
@@ -59,6 +60,7 @@ def _item(script: str, setting: str = "default") -> dict[str, object]:
         ("dcp_load_new_key.py", "D15", None),  # DCP: Missing key in checkpoint state_dict
         ("resume_per_rank_files.py", "D15", None),  # rank2.pt never written by the 2-rank save
         ("restart_from_step_zero.py", "MN5", 1),  # two failure reports from one torchrun, two worker pids
+        ("restart_standalone_resumes.py", "MN5", 1),  # the workers' output goes on after the report
         ("tee_all_ranks_raise.py", "P4", None),  # four ranks' tracebacks alternate line by line
         ("eval_uneven_then_barrier.py", "D9", None),  # progress bars count to 3 on rank 0, 4 on rank 1
     ],
@@ -96,3 +98,21 @@ def test_restart_seen_from_the_launchers_reports(kb: KnowledgeBase) -> None:
     assert len(reports) == 2
     first_attempt = "\n".join(log.splitlines()[: reports[0] + 1])
     assert verdict_for(kb, first_attempt).diagnoses[0].entry_id != "MN5"
+
+
+def test_restart_seen_from_output_resuming_after_the_report(kb: KnowledgeBase) -> None:
+    """torchrun at its default level reports the failed worker, then the restarted workers print
+    again from step 0 and no failure summary follows: a restart. Cut at the report, or with a
+    summary after it, the same log shows no restart."""
+    log = str(_item("restart_standalone_resumes.py")["log"])
+    verdict = verdict_for(kb, log)
+    assert (
+        verdict.diagnoses[0].entry_id == "MN5" and "went on after the report" in verdict.diagnoses[0].reason
+    )
+    lines = log.splitlines()
+    report = next(n for n, line in enumerate(lines) if "failed (exitcode" in line)
+    cut = "\n".join(lines[: report + 1])
+    assert verdict_for(kb, cut).diagnoses[0].entry_id != "MN5"
+    summary = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "
+    gave_up = "\n".join([*lines[: report + 1], summary, *lines[report + 1 :]])
+    assert verdict_for(kb, gave_up).diagnoses[0].entry_id != "MN5"

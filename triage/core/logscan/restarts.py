@@ -1,16 +1,20 @@
 """torchrun restarting the worker group (`--max-restarts`): one event, the restart (MN5).
 
 torchrun says so at INFO level (`Worker group FAILED. 1/1 attempts left; will restart worker
-group`, a signature of MN5). At its default level it says nothing, but the log still shows it: the
-launcher reports a failed worker once per attempt, so a second report from the same launcher about
-another worker process means the group was started again (structure.Structure.restarted). What
-the restarted workers print after that (a rendezvous or a connection that fails, the same error
-again) follows from the first attempt's failure, the one that counts.
+group`, a signature of MN5). At its default level it says nothing, but the log still shows it:
+- the launcher reports a failed worker once per attempt, so a second report from the same launcher
+  about another worker process means the group was started again (structure.Structure.restarted);
+- a launcher that gives up prints its ChildFailedError summary right after its report; when the
+  workers' own output goes on after the report instead, and no summary follows, the group was
+  started again (and may well have ended "successfully", from step 0).
+What the restarted workers print after the report (a rendezvous or a connection that fails, the
+same error again) follows from the first attempt's failure, the one that counts.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from triage.core.logscan.rules import RESTART, Inferred
 from triage.core.logscan.scanner import Event, Scan
@@ -18,14 +22,39 @@ from triage.core.logscan.scanner import Event, Scan
 # Over a diverged rank (rules.DIVERGED_SCORE) and the first failure's own echoes: the restart is
 # what the log is about, and its fix (reload state at start-up) holds whatever failed first.
 RESTART_SCORE = 1.2
+_REPORT = re.compile(r"elastic/multiprocessing/api\.py:\d+\] failed \(exitcode: -?\d+\) local_rank: \d+")
+_GAVE_UP = re.compile(r"ChildFailedError|Root Cause \(first observed failure\)|^\S+ FAILED\s*$")
+# Lines after the report that are not the workers' own output: the launcher's log lines, the
+# tracebacks of workers it is stopping, blank lines.
+_NOT_OUTPUT = re.compile(
+    r"^\s*$|^\s*\[?[IWEF]\d{4} |Traceback \(most recent|^\s*File \"|^\s|^\[(default|rank)\d+\]:"
+)
+MIN_OUTPUT_AFTER = 2  # lines of the workers' own output after the report before it counts as resumed
+
+
+def restart_point(scan: Scan) -> tuple[int, int, int | None] | None:
+    """(source, the launcher's first failure report, the next report or None): where the log shows
+    the worker group started again."""
+    if scan.restarted is not None:
+        return scan.restarted
+    for source, head in enumerate(scan.heads):
+        lines = head.split("\n")
+        report = next((n for n, line in enumerate(lines) if _REPORT.search(line)), None)
+        if report is None or any(_GAVE_UP.search(line) for line in lines[report:]):
+            continue
+        tail = lines[report + 1 : -1]  # the head's last line may be cut
+        if sum(1 for line in tail if not _NOT_OUTPUT.search(line)) >= MIN_OUTPUT_AFTER:
+            return (source, report + 1, None)
+    return None
 
 
 def after_restart(events: list[Event], scan: Scan) -> list[Event]:
     """The events, those printed after the launcher's first failure report marked as echoes when
     the launcher then started the workers again."""
-    if scan.restarted is None:
+    point = restart_point(scan)
+    if point is None:
         return events
-    source, first_report, _ = scan.restarted
+    source, first_report, _ = point
     return [
         dataclasses.replace(e, echo=True) if e.source == source and e.line > first_report else e
         for e in events
@@ -45,17 +74,23 @@ def restart(events: list[Event], first: Event | None, scan: Scan) -> Inferred | 
         return Inferred(
             RESTART, 0.0, (first, announced[0]), "a worker died and torchrun restarted the group", True
         )
-    if scan.restarted is None:
+    point = restart_point(scan)
+    if point is None:
         return None
-    source, _, again = scan.restarted
-    if (first.source, first.line) > (source, again):
+    source, first_report, again = point
+    if (first.source, first.line) > (source, first_report):
         return None
-    report = [e for e in events if e.source == source and e.line == again]
+    report = [e for e in events if e.source == source and e.line == (again or first_report)]
+    how = (
+        "reported one again"
+        if again is not None
+        else "the workers' output went on after the report with no failure summary"
+    )
     return Inferred(
         RESTART,
         RESTART_SCORE,
         (first, *report[:1]),
-        "torchrun reported a failed worker, started the group again (--max-restarts), and reported"
-        " one again: the restarted workers began from the top of the script",
+        f"torchrun reported a failed worker, started the group again (--max-restarts), and {how}:"
+        " the restarted workers began from the top of the script",
         True,
     )
