@@ -10,7 +10,8 @@ the job resuming it; torchrun reporting a failed worker twice (default log level
 line), or whose workers' output goes on after its report with no failure summary, restarted the
 group; several ranks' tracebacks alternating line by line (`--tee 3`, every rank
 failing at once) are interleaved; ranks whose progress counters count to different totals ran
-different numbers of batches.
+different numbers of batches; every rank timing out in one collective call, none late, is a call
+that does not pair up.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def _item(script: str, setting: str = "default") -> dict[str, object]:
         ("restart_standalone_resumes.py", "MN5", 1),  # the workers' output goes on after the report
         ("tee_all_ranks_raise.py", "P4", None),  # four ranks' tracebacks alternate line by line
         ("eval_uneven_then_barrier.py", "D9", None),  # progress bars count to 3 on rank 0, 4 on rank 1
+        ("gather_dst_mismatch.py", "D19", None),  # both ranks time out in one gather call, none late
     ],
 )
 def test_real_output_names_the_mistake(kb: KnowledgeBase, script: str, entry: str, rank: int | None) -> None:
@@ -116,3 +118,15 @@ def test_restart_seen_from_output_resuming_after_the_report(kb: KnowledgeBase) -
     summary = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "
     gave_up = "\n".join([*lines[: report + 1], summary, *lines[report + 1 :]])
     assert verdict_for(kb, gave_up).diagnoses[0].entry_id != "MN5"
+
+
+def test_every_rank_timing_out_in_one_call_is_a_mismatch_only_when_none_is_missing(kb: KnowledgeBase) -> None:
+    """Both ranks time out inside the same gather: neither was late, the calls disagree (D19). With
+    rank 1's output gone, rank 0 may just be waiting for a slow or dead rank 1: not D19."""
+    log = str(_item("gather_dst_mismatch.py")["log"])
+    assert verdict_for(kb, log).diagnoses[0].entry_id == "D19"
+    alone = "\n".join(line for line in log.splitlines() if not line.startswith("[rank1]"))
+    assert all(
+        d.entry_id != "D19" or "every rank timed out" not in d.reason
+        for d in verdict_for(kb, alone).diagnoses
+    )

@@ -243,9 +243,10 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
     from triage.core.logscan.heads import from_heads  # heads.py builds on Inferred, defined here
 
     found.extend(from_heads(scan.heads, quiet=first is None))
-    from triage.core.logscan.steps import hung_in_collective, uneven_steps  # likewise
+    from triage.core.logscan.steps import hung_in_collective, same_call_timeouts, uneven_steps
 
     found.extend(uneven_steps(events, first, scan) + hung_in_collective(first, scan))
+    found.extend(same_call_timeouts(events, scan))
     if first is None:
         return found
     from triage.core.logscan.restarts import restart  # likewise
