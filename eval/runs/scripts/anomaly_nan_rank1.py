@@ -4,6 +4,7 @@ for its gradients in DDP's all-reduce.
 label: D20
 first_rank: 1
 launch: torchrun --nproc-per-node 2 eval/runs/scripts/anomaly_nan_rank1.py
+written: after the log engine was read (session 8, second batch)
 source: none known
 """
 

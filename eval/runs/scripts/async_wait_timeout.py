@@ -4,6 +4,7 @@
 label: MN3
 first_rank: none
 launch: torchrun --nproc-per-node 2 eval/runs/scripts/async_wait_timeout.py
+written: after the log engine was read (session 8, second batch)
 source: none known
 """
 

@@ -4,6 +4,7 @@ thought the other ranks receive it automatically); the others go straight to the
 label: D21
 first_rank: none
 launch: torchrun --nproc-per-node 2 eval/runs/scripts/broadcast_config_rank0_only.py
+written: after the log engine was read (session 8, second batch)
 source: none known
 """
 

@@ -4,6 +4,7 @@ parameter.
 label: none
 first_rank: none
 launch: torchrun --nproc-per-node 2 eval/runs/scripts/ddp_all_frozen.py
+written: after the log engine was read (session 8, second batch)
 source: none known
 """
 

@@ -6,6 +6,7 @@ restart_from_step_zero.py; the stored output is a run where the restart went thr
 label: MN5
 first_rank: 1
 launch: torchrun --standalone --max-restarts 2 --nproc-per-node 2 eval/runs/scripts/restart_standalone_resumes.py
+written: after the log engine was read (session 8, second batch)
 source: none known
 """
 

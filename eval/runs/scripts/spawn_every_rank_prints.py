@@ -3,6 +3,7 @@ validation: the console shows each line once per process.
 label: D23
 first_rank: none
 launch: python eval/runs/scripts/spawn_every_rank_prints.py
+written: after the log engine was read (session 8, second batch)
 source: none known
 """
 

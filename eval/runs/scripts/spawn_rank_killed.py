@@ -4,6 +4,7 @@ label: D20
 alternates: X3
 first_rank: 1
 launch: python eval/runs/scripts/spawn_rank_killed.py
+written: after the log engine was read (session 8, second batch)
 source: none known
 """
 

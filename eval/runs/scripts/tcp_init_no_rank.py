@@ -3,6 +3,7 @@ python, with neither rank nor world_size passed (the author expected tcp:// to w
 label: D1
 first_rank: none
 launch: python eval/runs/scripts/tcp_init_no_rank.py
+written: after the log engine was read (session 8, second batch)
 source: none known
 """
 

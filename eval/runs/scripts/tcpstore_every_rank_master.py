@@ -4,6 +4,7 @@ is_master=True), so all but the first cannot bind it.
 label: D4
 first_rank: none
 launch: torchrun --nproc-per-node 2 eval/runs/scripts/tcpstore_every_rank_master.py
+written: after the log engine was read (session 8, second batch)
 source: none known
 """
 

@@ -4,6 +4,7 @@ with the other ranks' output.
 label: P6
 first_rank: 2
 launch: torchrun --tee 3 --nproc-per-node 3 eval/runs/scripts/tee_segfault_rank2.py
+written: after the log engine was read (session 8, second batch)
 source: none known
 """
 
