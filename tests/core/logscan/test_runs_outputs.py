@@ -118,6 +118,12 @@ def test_restart_seen_from_output_resuming_after_the_report(kb: KnowledgeBase) -
     summary = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "
     gave_up = "\n".join([*lines[: report + 1], summary, *lines[report + 1 :]])
     assert verdict_for(kb, gave_up).diagnoses[0].entry_id != "MN5"
+    # under `--tee 3` the restarted workers' output carries torchrun's prefix
+    teed = "\n".join([*lines[: report + 1], *(f"[default0]:{line}" for line in lines[report + 1 :])])
+    assert verdict_for(kb, teed).diagnoses[0].entry_id == "MN5"
+    # the killed workers' tracebacks, flushed after the report, are not output that went on
+    trailing = [line for line in lines[:report] if line.startswith("[rank0]:")]
+    assert verdict_for(kb, "\n".join([*lines[: report + 1], *trailing, ""])).diagnoses[0].entry_id != "MN5"
 
 
 def test_every_rank_timing_out_in_one_call_is_a_mismatch_only_when_none_is_missing(kb: KnowledgeBase) -> None:

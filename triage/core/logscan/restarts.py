@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from triage.core.logscan.prefixes import split_prefix
 from triage.core.logscan.rules import RESTART, Inferred
 from triage.core.logscan.scanner import Event, Scan
 
@@ -24,10 +25,12 @@ from triage.core.logscan.scanner import Event, Scan
 RESTART_SCORE = 1.2
 _REPORT = re.compile(r"elastic/multiprocessing/api\.py:\d+\] failed \(exitcode: -?\d+\) local_rank: \d+")
 _GAVE_UP = re.compile(r"ChildFailedError|Root Cause \(first observed failure\)|^\S+ FAILED\s*$")
-# Lines after the report that are not the workers' own output: the launcher's log lines, the
-# tracebacks of workers it is stopping, blank lines.
+# Lines after the report that are not the workers' own output (read without the launcher's
+# `[default0]:` / `[rank0]:` prefixes): the launcher's log lines, the tracebacks of the workers it
+# is stopping (their frames and code are indented, their exception ends them), blank lines.
 _NOT_OUTPUT = re.compile(
-    r"^\s*$|^\s*\[?[IWEF]\d{4} |Traceback \(most recent|^\s*File \"|^\s|^\[(default|rank)\d+\]:"
+    r"^\s*$|^\s|^\[?[IWEF]\d{4} |^Traceback \(most recent"
+    r"|^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)\b"
 )
 MIN_OUTPUT_AFTER = 2  # lines of the workers' own output after the report before it counts as resumed
 
@@ -43,7 +46,8 @@ def restart_point(scan: Scan) -> tuple[int, int, int | None] | None:
         if report is None or any(_GAVE_UP.search(line) for line in lines[report:]):
             continue
         tail = lines[report + 1 : -1]  # the head's last line may be cut
-        if sum(1 for line in tail if not _NOT_OUTPUT.search(line)) >= MIN_OUTPUT_AFTER:
+        output = [line for line in tail if not _NOT_OUTPUT.search(split_prefix(line).body)]
+        if len(output) >= MIN_OUTPUT_AFTER:
             return (source, report + 1, None)
     return None
 
