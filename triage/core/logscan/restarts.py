@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from triage.core.logscan.prefixes import split_prefix
 from triage.core.logscan.rules import RESTART, Inferred
 from triage.core.logscan.scanner import Event, Scan
 
@@ -24,10 +23,16 @@ from triage.core.logscan.scanner import Event, Scan
 # what the log is about, and its fix (reload state at start-up) holds whatever failed first.
 RESTART_SCORE = 1.2
 _REPORT = re.compile(r"elastic/multiprocessing/api\.py:\d+\] failed \(exitcode: -?\d+\) local_rank: \d+")
-_GAVE_UP = re.compile(r"ChildFailedError|Root Cause \(first observed failure\)|^\S+ FAILED\s*$")
+# The launcher giving up: its summary, or its own traceback (through torchrun's entry point).
+_GAVE_UP = re.compile(
+    r"ChildFailedError|Root Cause \(first observed failure\)|^\S+ FAILED\s*$"
+    r"|bin/torchrun\b|torch/distributed/run\.py|\blaunch_agent\b"
+)
 # Lines after the report that are not the workers' own output (read without the launcher's
-# `[default0]:` / `[rank0]:` prefixes): the launcher's log lines, the tracebacks of the workers it
-# is stopping (their frames and code are indented, their exception ends them), blank lines.
+# `[default0]:` / `[rank0]:` prefixes, their indentation kept): the launcher's log lines, the
+# tracebacks of the workers it is stopping or its own (frames and code are indented, the exception
+# ends them), blank lines.
+_LAUNCHER_PREFIX = re.compile(r"^(?:\[(?:default|rank)\d+\]:)+")
 _NOT_OUTPUT = re.compile(
     r"^\s*$|^\s|^\[?[IWEF]\d{4} |^Traceback \(most recent"
     r"|^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)\b"
@@ -46,7 +51,7 @@ def restart_point(scan: Scan) -> tuple[int, int, int | None] | None:
         if report is None or any(_GAVE_UP.search(line) for line in lines[report:]):
             continue
         tail = lines[report + 1 : -1]  # the head's last line may be cut
-        output = [line for line in tail if not _NOT_OUTPUT.search(split_prefix(line).body)]
+        output = [line for line in tail if not _NOT_OUTPUT.search(_LAUNCHER_PREFIX.sub("", line))]
         if len(output) >= MIN_OUTPUT_AFTER:
             return (source, report + 1, None)
     return None
