@@ -25,7 +25,7 @@ from triage.core.logscan.verdict import Verdict
 from triage.core.model import KnowledgeBase
 
 RUNS = Path(__file__).resolve().parents[3] / "eval" / "runs" / "train.yaml"
-FLOOR = 0.75  # right first diagnosis (and first rank where the item names one); 82 % when written
+FLOOR = 0.8  # right first diagnosis (and first rank where the item names one); 82 % when written, 88 % in session 8
 
 
 def _items() -> list[dict[str, object]]:
