@@ -4,6 +4,7 @@
     python bench/bench_runs.py --show-misses        # the train items the log engine gets wrong
     python bench/bench_runs.py --rerun              # run every script again, store its output, score
     python bench/bench_runs.py --rerun a.py,b       # only these scripts (the others' outputs kept)
+    python bench/bench_runs.py --only @new.txt      # score only these scripts (names, or @file of names)
 
 The scripts in eval/runs/scripts/ are the mistakes users make in distributed training code, each
 with the entry it shows (`label:`) and how it is launched (`launch:`; torchrun, mp.spawn or plain
@@ -41,16 +42,31 @@ ROWS = (
 )
 
 
-def items(split: Split) -> list[Item]:
-    """The stored outputs of one split, as corpus log items."""
+def _script_of(raw: dict[str, object]) -> str:
+    """The file name of the script whose output `raw` is ("eval/runs/scripts/a.py (default)")."""
+    return Path(str(raw.get("source", "")).split(" ", 1)[0]).name
+
+
+def items(split: Split, only: set[str] | None = None) -> list[Item]:
+    """The stored outputs of one split (of the scripts named in `only`), as corpus log items."""
     return [
         item_of(raw, "logs", f"{(RUNS / split).relative_to(REPO)}.yaml#{n} {raw.get('source', '')}", split)
         for n, raw in enumerate(load_raw(split), 1)
+        if only is None or _script_of(raw) in only or Path(_script_of(raw)).stem in only
     ]
 
 
-def score(engine: LogEngine, split: Split) -> tuple[dict[str, float | int | None], list[Outcome]]:
-    outcomes = [engine.outcome(i) for i in items(split)]
+def _names(spec: str) -> set[str] | None:
+    """Script names from "a.py,b" or "@file" (one name a line); None for all."""
+    if spec.startswith("@"):
+        spec = Path(spec[1:]).read_text(encoding="utf-8").replace("\n", ",")
+    return {n.strip() for n in spec.split(",") if n.strip()} or None
+
+
+def score(
+    engine: LogEngine, split: Split, only: set[str] | None = None
+) -> tuple[dict[str, float | int | None], list[Outcome]]:
+    outcomes = [engine.outcome(i) for i in items(split, only)]
     return figures(outcomes), outcomes
 
 
@@ -62,18 +78,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--rerun", nargs="?", const="", metavar="A,B", help="run the scripts again (all, or these)"
     )
     parser.add_argument("--show-misses", action="store_true", help="list the train misses")
+    parser.add_argument("--only", default="", metavar="A,B|@FILE", help="score only these scripts' outputs")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     if args.rerun is not None:
-        names = {n.strip() for n in args.rerun.split(",") if n.strip()} or None
-        rerun(names, lambda line: print(line, file=sys.stderr, flush=True))
+        rerun(_names(args.rerun), lambda line: print(line, file=sys.stderr, flush=True))
     from triage.kb.loader import load_kb
 
     engine = LogEngine(load_kb())
     result: dict[str, dict[str, float | int | None]] = {}
     splits: tuple[Split, ...] = ("train", "test")
     for split in splits:
-        result[split], outcomes = score(engine, split)
+        result[split], outcomes = score(engine, split, _names(args.only))
         if args.show_misses and split == "train":
             show_misses(outcomes)
     if args.json:

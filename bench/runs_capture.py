@@ -50,6 +50,12 @@ EXTRA: dict[str, str] = {
     "device_mesh_cuda.py": "tee",
     "ddp_eval_rank0.py": "loglevel-info",
     "fsdp2_partial_clip.py": "loglevel-info",
+    "ddp_dict_outputs_unused.py": "tee",
+    "assert_finite_rank2.py": "loglevel-info",
+    "allgather_variable_length.py": "detail",
+    "rank0_metric_helper_allreduce.py": "detail",
+    "manual_shard_extra_batch.py": "tee",
+    "main_process_first_tokenize.py": "loglevel-info",
 }
 # Variables that would make a run look launched or change torch's output (as triage.repro scrubs).
 _SCRUB = (

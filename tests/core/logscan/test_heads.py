@@ -112,3 +112,44 @@ def test_lines_ray_folded_from_several_workers_are_duplicated_output() -> None:
     assert ids(RAY_FOLDED) == ["D23"]
     unfolded = "\n".join(line.split(" [repeated")[0] for line in RAY_FOLDED.splitlines())
     assert ids(unfolded) == []
+
+
+# Two ranks' tracebacks as `torchrun --tee 3` prints them when both fail at once (eval/runs,
+# tee_all_ranks_raise.py): lines of the two blocks alternate.
+_RANK0 = [
+    "[default0]:[rank0]: Traceback (most recent call last):",
+    '[default0]:[rank0]:   File "/work/train.py", line 32, in <module>',
+    "[default0]:[rank0]:     main()",
+    '[default0]:[rank0]:   File "/work/train.py", line 18, in schedule',
+    '[default0]:[rank0]:     return min(1.0, step / CONFIG["warmup_steps"])',
+    "[default0]:[rank0]: TypeError: unsupported operand type(s) for /: 'int' and 'str'",
+]
+_RANK1 = [line.replace("default0]:[rank0", "default1]:[rank1") for line in _RANK0]
+
+
+def test_tracebacks_of_ranks_alternating_line_by_line_are_interleaved() -> None:
+    mixed = [line for pair in zip(_RANK0, _RANK1, strict=True) for line in pair]
+    assert ids("\n".join(mixed)) == ["P4"]
+    assert ids("\n".join(_RANK0 + _RANK1)) == []  # one whole traceback after the other
+    # a rank's progress line between two tracebacks is not a traceback line
+    assert ids("\n".join([*_RANK0, "[default1]:[rank1]: step 3 loss 0.5", *_RANK1])) == []
+
+
+def _bars(totals: dict[int, int]) -> str:
+    """Progress bars as a rank-prefixed print redraws them with a carriage return."""
+    return "".join(
+        f"\r[rank{rank}] eval |{'#' * (5 * i)}| {i}/{total} acc=0.375"
+        for i in range(1, 4)
+        for rank, total in totals.items()
+        if i <= total
+    )
+
+
+def test_progress_counting_to_different_totals_per_rank_is_uneven_data() -> None:
+    assert ids(_bars({0: 3, 1: 4})) == ["D9"]
+    assert "D9" not in ids(_bars({0: 3, 1: 3}))  # (every rank printing the same lines is D23's)
+    assert ids("rank 0 batch 1/3 loss 0.1\nrank 1 batch 1/2 loss 0.2\nrank 1 batch 2/2") == ["D9"]
+    # a log where nothing failed: progress alone is no failure to explain
+    assert [i.entry_id for i in from_heads([_bars({0: 3, 1: 4})], quiet=True)] == []
+    # the same counter's total changing within one rank (a new epoch's length) is not compared
+    assert "D9" not in ids("rank 0 step 1/3\nrank 0 step 1/4\nrank 1 step 1/4")

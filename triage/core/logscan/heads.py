@@ -9,7 +9,8 @@ single line: what a person sees scrolling the top of a paste.
 - ranks announcing themselves as members of a group (`GLOBAL_RANK: 3, MEMBER: 4/8`) while the
   others never do, in a log where nothing failed: the job froze setting up, waiting for processes
   that were never launched (another node's, P3);
-- frames of several processes' tracebacks glued into one line: the ranks wrote to one terminal
+- frames of several processes' tracebacks glued into one line, or the lines of several ranks'
+  tracebacks alternating (`--tee 3`, every rank failing at once): the ranks wrote to one terminal
   at once, and the error that ends each traceback may be lost in the mix (P4).
 """
 
@@ -34,6 +35,9 @@ INTERLEAVED_SCORE = 0.5  # likewise: mixed tracebacks hide the cause, they are n
 MISSING_MEMBERS_SCORE = 0.6  # a finding only where the log shows no failure of its own
 MIN_DUPLICATED = 2  # distinct lines printed more than once before the output counts as duplicated
 MIN_GLUED = 2  # lines with a frame glued behind other text before the tracebacks count as mixed
+# times the output turns from one rank's open traceback to another's before they count as mixed
+# (one rank's traceback printed whole, then the next one's, turns at most once per rank)
+MIN_TURNS = 4
 # Lines every rank prints by design (tracebacks, NCCL's and torch's own logs, separators): their
 # repetition says nothing about the user's program.
 _NOT_OUTPUT = re.compile(
@@ -62,6 +66,9 @@ _LOCAL_ENDPOINT = re.compile(
 _RAY_REPEATED = re.compile(r"\s*\[repeated (?P<n>\d{1,6})x across cluster\]\s*$")
 # A frame that does not start its line: another process's output ran into it.
 _GLUED_FRAME = re.compile(r"\S\s*File \"[^\"]{1,300}\", line \d+")
+_TRACEBACK_START = re.compile(r"^\s*Traceback \(most recent call last\):")
+# the exception line that ends a traceback block (`TypeError: ...`, `torch.distributed.DistError`)
+_TRACEBACK_END = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b")
 
 
 def from_heads(heads: list[str], quiet: bool = False) -> list[Inferred]:
@@ -69,6 +76,10 @@ def from_heads(heads: list[str], quiet: bool = False) -> list[Inferred]:
     found = _duplicated_output(heads)
     found.extend(_local_rendezvous(heads))
     found.extend(_interleaved(heads))
+    if not quiet:
+        from triage.core.logscan.progress import uneven_totals  # progress.py builds on Inferred too
+
+        found.extend(uneven_totals(heads))
     if quiet and not found:
         found.extend(_missing_members(heads))
     return found
@@ -169,19 +180,46 @@ def _local_rendezvous(heads: list[str]) -> list[Inferred]:
 
 
 def _interleaved(heads: list[str]) -> list[Inferred]:
-    """Traceback frames glued behind other text: several processes wrote to one stream at once."""
+    """Traceback frames glued behind other text, or the lines of several ranks' open tracebacks
+    alternating: several processes wrote to one stream at once."""
     glued = sum(
         1 for head in heads for line in head.splitlines() if _GLUED_FRAME.search(split_prefix(line).body)
     )
-    if glued < MIN_GLUED:
+    turns = sum(_turns(head) for head in heads)
+    if glued < MIN_GLUED and turns < MIN_TURNS:
         return []
+    how = (
+        f"{glued} lines hold a traceback frame glued behind other output"
+        if glued >= MIN_GLUED
+        else f"the lines of several ranks' tracebacks alternate ({turns} turns from one rank's to another's)"
+    )
     return [
         Inferred(
             INTERLEAVED,
             INTERLEAVED_SCORE,
             (),
-            f"{glued} lines hold a traceback frame glued behind other output: several processes' tracebacks"
-            " are mixed, and the error that ends each may be lost",
+            f"{how}: several processes' tracebacks are mixed, and the error that ends each may be lost",
             False,
         )
     ]
+
+
+def _turns(head: str) -> int:
+    """How often the output turns from a line of one rank's open traceback to another rank's."""
+    open_blocks: set[int] = set()
+    previous: int | None = None
+    turns = 0
+    for line in head.splitlines():
+        split = split_prefix(line)
+        if split.rank is None:
+            continue
+        if _TRACEBACK_START.match(split.body):
+            open_blocks.add(split.rank)
+        if split.rank not in open_blocks:
+            continue
+        if previous is not None and previous != split.rank and previous in open_blocks:
+            turns += 1
+        previous = split.rank
+        if _TRACEBACK_END.match(split.body):
+            open_blocks.discard(split.rank)
+    return turns

@@ -243,22 +243,17 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
     from triage.core.logscan.heads import from_heads  # heads.py builds on Inferred, defined here
 
     found.extend(from_heads(scan.heads, quiet=first is None))
-    from triage.core.logscan.steps import hung_in_collective, uneven_steps  # likewise
+    from triage.core.logscan.steps import hung_in_collective, same_call_timeouts, uneven_steps
 
     found.extend(uneven_steps(events, first, scan) + hung_in_collective(first, scan))
+    found.extend(same_call_timeouts(events, scan))
     if first is None:
         return found
-    restart = [e for e in events if e.kind == "hit" and e.entry_id == RESTART and not e.echo]
-    if (
-        restart
-        and first.kind == "exit"
-        and (first.source, first.line) <= (restart[0].source, restart[0].line)
-    ):
-        found.append(
-            Inferred(
-                RESTART, 0.0, (first, restart[0]), "a worker died and torchrun restarted the group", True
-            )
-        )
+    from triage.core.logscan.restarts import restart  # likewise
+
+    restarted = restart(events, first, scan)
+    if restarted is not None:
+        found.append(restarted)
         return found
     left = _peer_left(events, first, scan)
     if left is not None:

@@ -114,6 +114,8 @@ class Scan:
     launcher_stopped: bool = False  # torchrun's summary: the other workers ended by its SIGTERM
     spawn_failed: int | None = None  # the process mp.spawn reports failed (the first to)
     spawn_stopped: int = 0  # processes mp.spawn terminated, still running when one failed
+    # torchrun started the workers again: (source, its first failure report, the next one)
+    restarted: tuple[int, int, int] | None = None
     ranks: RankReader = field(default_factory=RankReader)  # traceback blocks and wait points
     gpus: dict[tuple[str, str], set[int]] = field(default_factory=dict)  # (host, busId) -> ranks on it
     heads: list[str] = field(default_factory=list)  # the start of each source, for the fallback
@@ -317,6 +319,7 @@ class Scanner:
             self.scan.launcher_stopped = self._structure.launcher_stopped_others
             self.scan.spawn_failed = self._structure.spawn_failed
             self.scan.spawn_stopped = self._structure.spawn_stopped
+            self.scan.restarted = self._structure.restarted
         if role == "" and self._found_count == found_before and not _STRUCTURAL.search(lowered):
             # Only a line that fed nothing but hits may be skipped when it repeats.
             if len(self._repeats) >= MAX_SHAPES:

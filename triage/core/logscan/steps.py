@@ -10,6 +10,11 @@ would, that is uneven data (D9): the rank with fewer batches went on to what fol
   the ones written under `if rank == 0`);
 - the first failure is a collective mismatch (gloo's size check, the desync report) on a rank
   that is not in backward while another rank is: the same, caught by the mismatch check.
+
+And every rank timed out inside the same collective, called from the same line: no rank was late
+or gone (a slow or dead rank is the one that is not waiting there), so the calls themselves do not
+pair up: another root or destination, another size, a different count of earlier calls (D19). A
+barrier takes no arguments, so ranks timing out together at one barrier are left to the timeout.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ HUNG_SCORE = 0.6  # a finding only where nothing else is (the mismatch of two ra
 UNEVEN = "D9"
 UNEVEN_SCORE = 1.2  # over the mismatch (D21, 1.1) and the size check's own signature (D19)
 DESYNC = "D19"  # the entry whose signatures name a collective mismatch
+SAME_CALL_SCORE = 1.1  # as the mismatch of two ranks' collectives (rules.MISMATCH_SCORE)
+_NO_ARGUMENTS = frozenset({"barrier", "backward"})
 
 
 def uneven_steps(events: list[Event], first: Event | None, scan: Scan) -> list[Inferred]:
@@ -70,3 +77,32 @@ def hung_in_collective(first: Event | None, scan: Scan) -> list[Inferred]:
         " in that collective, waiting for ranks that do not arrive"
     )
     return [Inferred(HUNG, HUNG_SCORE, (), reason, False)]
+
+
+def same_call_timeouts(events: list[Event], scan: Scan) -> list[Inferred]:
+    """D19 when every rank timed out inside one collective called from one line, and none failed
+    with an error of its own."""
+    waits = scan.ranks.waits
+    points = list(waits.values())
+    if len(points) < 2 or set(waits) != scan.ranks_seen:
+        return []
+    call = {(w.collective, w.where) for w in points}
+    if len(call) != 1 or not points[0].where or points[0].collective in _NO_ARGUMENTS:
+        return []
+    timed_out: set[int] = set()
+    for event in events:
+        if event.rank is None or event.kind == "exit":
+            continue
+        if event.real and event.entry_id != HUNG:
+            return []  # a rank's own error explains the wait
+        if event.entry_id == HUNG and "timed out" in event.text.lower():
+            timed_out.add(event.rank)
+    if timed_out != set(waits):
+        return []
+    wait = points[0]
+    reason = (
+        f"every rank timed out inside the same {wait.collective} ({wait.where}) and none was late or"
+        " gone: the calls do not pair up (another root or destination, size or order on some rank)"
+    )
+    evidence = tuple(e for e in events if e.entry_id == HUNG and e.rank is not None)[:4]
+    return [Inferred(DESYNC, SAME_CALL_SCORE, evidence, reason, True)]

@@ -26,6 +26,12 @@ _EXCEPTION = re.compile(
     r"(?::\s*(?P<msg>.*))?$"
 )
 _EXIT_LINE = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+)")
+# The same report with the launcher's own pid (its log prefix) and the worker's: one launcher that
+# reports a failed worker twice, with different worker pids, started its workers again (a restart).
+_AGENT_EXIT = re.compile(
+    r"\b(?P<agent>\d+) \S*elastic/multiprocessing/api\.py:\d+\] failed \(exitcode: -?\d+\)"
+    r" local_rank: \d+ \(pid: (?P<pid>\d+)\)"
+)
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*: (?P<rank>\d+) \(local_rank: \d+\)")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (?P<code>-?\d+)")
 SUMMARY_LINES = 3  # the exitcode, error_file and traceback lines under a summary block's `rank :`
@@ -108,6 +114,9 @@ class Structure:
         self._message_next: dict[int, tuple[int, int | None, str]] = {}
         self._spawn_rank: dict[int, int] = {}  # source -> the process mp.spawn said failed
         self.gpus: dict[tuple[str, str], set[int]] = {}  # (host, NCCL busId) -> ranks that use it
+        self._agent_reports: dict[tuple[int, str], tuple[int, str]] = {}  # (source, agent) -> (line, pid)
+        # (source, the launcher's first report, its next one after it started the workers again)
+        self.restarted: tuple[int, int, int] | None = None
 
     @property
     def no_other_failures(self) -> bool:
@@ -238,6 +247,7 @@ class Structure:
             return True
         exit_line = _EXIT_LINE.search(body)
         if exit_line:
+            self._restart(source, number, body)
             self.emit(
                 source, number, Found("exit", int(exit_line["rank"]), short, exit_code=int(exit_line["code"]))
             )
@@ -275,6 +285,16 @@ class Structure:
             self.emit(source, number, Found("exit", int(spawned["rank"]), short[-200:], exit_code=status))
             return True
         return False
+
+    def _restart(self, source: int, number: int, body: str) -> None:
+        """A launcher's second report of a failed worker, about another worker process: the first
+        attempt failed and torchrun (--max-restarts) started the group again."""
+        report = _AGENT_EXIT.search(body)
+        if report is None or self.restarted is not None:
+            return
+        earlier = self._agent_reports.setdefault((source, report["agent"]), (number, report["pid"]))
+        if earlier[1] != report["pid"]:
+            self.restarted = (source, earlier[0], number)
 
 
 def _signal_exit(name: str) -> int | None:

@@ -33,6 +33,7 @@ from triage.core.logscan.query_reading import (
     in_domain,
     own_text,
 )
+from triage.core.logscan.restarts import after_restart
 from triage.core.logscan.rules import (
     MISSING_TRACEBACK,
     consequences,
@@ -110,6 +111,7 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
     ordered, ordered_by = order_events(scan)
     first_seen = scan.root_cause_rank if scan.root_cause_rank is not None else scan.spawn_failed
     events = consequences(ordered, scan.root_cause_rank if scan.no_other_failures else None, first_seen)
+    events = after_restart(events, scan)
     own_lines: set[int | None] = {e.rank for e in events if not is_launcher(e) and e.rank is not None}
     errors = [e for e in events if substantive(e, own_lines)]
     real = errors or [e for e in events if warning(e)]
