@@ -32,7 +32,7 @@ def data_header(header: str) -> bool:
 
 def _over_data(ctx: LineContext, loop: tuple[int, int]) -> bool:
     header = next((b[2] for b in ctx.blocks if (b[0], b[1]) == loop), "")
-    return not header or bool(_DATA_LOOP.search(header))
+    return not header or data_header(header)
 
 
 def _trains(state: RankState) -> bool:

@@ -68,7 +68,8 @@ _RAY_REPEATED = re.compile(r"\s*\[repeated (?P<n>\d{1,6})x across cluster\]\s*$"
 _GLUED_FRAME = re.compile(r"\S\s*File \"[^\"]{1,300}\", line \d+")
 _TRACEBACK_START = re.compile(r"^\s*Traceback \(most recent call last\):")
 # the exception line that ends a traceback block (`TypeError: ...`, `torch.distributed.DistError`)
-_TRACEBACK_END = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b")
+EXCEPTION_NAME = r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b"
+_TRACEBACK_END = re.compile(f"^{EXCEPTION_NAME}")
 
 
 def from_heads(heads: list[str], quiet: bool = False) -> list[Inferred]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from triage.core.logscan.heads import EXCEPTION_NAME
 from triage.core.logscan.rules import RESTART, Inferred
 from triage.core.logscan.scanner import Event, Scan
 
@@ -33,10 +34,7 @@ _GAVE_UP = re.compile(
 # tracebacks of the workers it is stopping or its own (frames and code are indented, the exception
 # ends them), blank lines.
 _LAUNCHER_PREFIX = re.compile(r"^(?:\[(?:default|rank)\d+\]:)+")
-_NOT_OUTPUT = re.compile(
-    r"^\s*$|^\s|^\[?[IWEF]\d{4} |^Traceback \(most recent"
-    r"|^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)\b"
-)
+_NOT_OUTPUT = re.compile(r"^\s*$|^\s|^\[?[IWEF]\d{4} |^Traceback \(most recent|^" + EXCEPTION_NAME)
 MIN_OUTPUT_AFTER = 2  # lines of the workers' own output after the report before it counts as resumed
 
 
