@@ -162,6 +162,64 @@ def kwarg_true(call: Call, name: str) -> bool:
     return isinstance(value, ast.Constant) and value.value is True
 
 
+def keyword_value(script: Script, call: Call, name: str) -> ast.expr | None:
+    """`name=` of a call, given directly or through `**options`, a dict of the same function built
+    from literals (`options = {"shuffle": True}`, `dict(shuffle=True)`, `options.update(more)`,
+    `options["shuffle"] = True`): pytorch/examples' mnist passes `DataLoader(ds, **train_kwargs)`."""
+    given = call.kwarg(name)
+    if given is not None:
+        return given
+    scope = script.scope_of(call.node)
+    for keyword in call.node.keywords:
+        if keyword.arg is None and isinstance(keyword.value, ast.Name):
+            found = _dict_entry(script, keyword.value.id, name, scope, 3)
+            if found is not None:
+                return found
+    return None
+
+
+def _dict_entry(script: Script, variable: str, key: str, scope: ast.AST, depth: int) -> ast.expr | None:
+    if depth == 0:
+        return None
+    values: list[ast.expr] = []
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Assign) and [dotted(t) for t in node.targets] == [variable]:
+            values.append(node.value)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if (
+                isinstance(target, ast.Subscript)
+                and dotted(target.value) == variable
+                and isinstance(target.slice, ast.Constant)
+                and target.slice.value == key
+            ):
+                return node.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "update"
+            and dotted(node.func.value) == variable
+        ):
+            values.extend(node.args)
+            for given in node.keywords:
+                if given.arg == key:
+                    return given.value
+    for value in values:
+        if isinstance(value, ast.Dict):
+            for name, entry in zip(value.keys, value.values, strict=True):
+                if isinstance(name, ast.Constant) and name.value == key:
+                    return entry
+        elif isinstance(value, ast.Call) and dotted(value.func) == "dict":
+            for given in value.keywords:
+                if given.arg == key:
+                    return given.value
+        elif isinstance(value, ast.Name):
+            found = _dict_entry(script, value.id, key, scope, depth - 1)
+            if found is not None:
+                return found
+    return None
+
+
 def value_before(script: Script, target: ast.AST, at: ast.AST) -> ast.expr | None:
     """The value `target` (a name, or `self.model`) was last assigned before the statement holding
     `at`, found by walking back through the statements before it, out of the `if`/`with`/`try`

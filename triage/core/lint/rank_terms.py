@@ -18,7 +18,18 @@ Side = Literal["zero", "nonzero", "other"]
 RankKind = Literal["global", "local"]
 
 GLOBAL_RANK_NAMES = frozenset(
-    {"rank", "global_rank", "world_rank", "ddp_rank", "process_rank", "proc_rank", "my_rank", "process_index"}
+    {
+        "rank",
+        "global_rank",
+        "world_rank",
+        "ddp_rank",
+        "process_rank",
+        "proc_rank",
+        "my_rank",
+        "process_index",
+        "dist_rank",
+        "distributed_rank",  # sam2's trainer: `self.local_rank, self.distributed_rank = ...`
+    }
 )
 LOCAL_RANK_NAMES = frozenset(
     {"local_rank", "ddp_local_rank", "local_process_index", "lrank", "local_gpu_rank"}

@@ -102,6 +102,39 @@ def callbacks(ctx: Context) -> set[str]:
 
 
 _ENTRY_TAILS = frozenset({"Fire", "run", "CLI", "cli", "main"})
+_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def runs_once(ctx: Context, node: ast.AST, depth: int = 4) -> bool:
+    """Whether `node` runs once per process, before or after the loops: outside any loop, at module
+    level or in a function every use of which runs once (called there, or handed to a launcher as
+    the job: `mp.spawn(run)`, Ignite's `parallel.run(run, config)`). A decorated function (an event
+    handler such as `@trainer.on(Events.EPOCH_STARTED)`), a hook handed to another call, or a
+    function nothing here calls may run any number of times."""
+    function = None
+    for outer in ctx.script.ancestors(node):
+        if isinstance(outer, (*_LOOPS, ast.Lambda)):
+            return False  # a lambda is a handler: `add_event_handler(EPOCH_STARTED, lambda e: ...)`
+        if isinstance(outer, FunctionNode):
+            function = outer
+            break
+    if function is None:
+        return True
+    if function.decorator_list or depth == 0:
+        return False
+    uses = []
+    for c in ctx.script.call_list:
+        local = ctx.script.local_function(c.node)
+        if local is not None and local.name == function.name:
+            uses.append(c.node)
+        elif any(
+            isinstance(arg, ast.Name) and arg.id == function.name
+            for arg in (*c.node.args, *(k.value for k in c.node.keywords))
+        ):
+            if c.tail not in LAUNCHES and c.tail not in _ENTRY_TAILS:
+                return False  # a hook: its caller decides how often
+            uses.append(c.node)
+    return bool(uses) and all(runs_once(ctx, use, depth - 1) for use in uses)
 
 
 def _starts_job(ctx: Context, call: ast.Call) -> bool:

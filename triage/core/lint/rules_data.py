@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.patterns import is_backward, kwarg_true, value_before, world_size
-from triage.core.lint.reach import for_evaluation, has_entry, reached
-from triage.core.lint.script import Call, Scope, dotted
+from triage.core.lint.patterns import is_backward, keyword_value, kwarg_true, value_before, world_size
+from triage.core.lint.reach import for_evaluation, has_entry, reached, runs_once
+from triage.core.lint.script import Call, FunctionNode, Scope, dotted
 
 TRG009 = Rule(
     code="TRG009",
@@ -253,9 +253,23 @@ def _iterable_dataset(ctx: Context, node: ast.ClassDef) -> bool:
 
 def _check_set_epoch(ctx: Context) -> Iterator[Finding]:
     script = ctx.script
-    if script.frameworks & {"lightning", "hf_trainer"} or any(script.calls("set_epoch")):
+    if script.frameworks & {"lightning", "hf_trainer"}:
         return
-    for call in script.calls("DistributedSampler"):
+    # A set_epoch that runs once, before the epochs (Ignite's code-generator called it at set-up
+    # until 0c19ad2 moved it into an EPOCH_STARTED handler), leaves every epoch with one order.
+    epochs = list(script.calls("set_epoch"))
+    if not all(runs_once(ctx, c.node) for c in epochs):
+        return
+    once = f" except once, at line {epochs[0].node.lineno}, before the epochs" if epochs else ""
+    samplers = list(script.calls("DistributedSampler"))
+    if epochs and not samplers:  # the sampler is built elsewhere (`idist.auto_dataloader`)
+        yield ctx.finding(
+            TRG022,
+            epochs[0].node,
+            "set_epoch() runs once, before the epochs, not at the start of each: every epoch uses the"
+            " permutation of that one epoch; call it in the epoch loop (or an epoch-start handler)",
+        )
+    for call in samplers:
         shuffle = call.kwarg("shuffle")
         if isinstance(shuffle, ast.Constant) and shuffle.value is False:
             continue
@@ -269,17 +283,24 @@ def _check_set_epoch(ctx: Context) -> Iterator[Finding]:
         yield ctx.finding(
             TRG022,
             call.node,
-            "this DistributedSampler shuffles, but nothing calls set_epoch(): every epoch uses epoch 0's"
-            " permutation (same batches, same order); call sampler.set_epoch(epoch) each epoch",
+            f"this DistributedSampler shuffles, but nothing calls set_epoch(){once}: every epoch uses"
+            " epoch 0's permutation (same batches, same order); call sampler.set_epoch(epoch) each epoch",
         )
 
 
 def _builder_for_another_module(ctx: Context, call: Call) -> bool:
     """A function of a library module that returns (or yields) what it built (`build_loader(config)`):
     the training script that calls it iterates the epochs and may set them."""
-    if has_entry(ctx) or reached(ctx, call.node):
-        return False
     function = ctx.script.scope_of(call.node)
+    if has_entry(ctx) or not isinstance(function, FunctionNode):
+        return False
+    # A method of a class this file sets up (a strategy whose `setup_distributed` runs the process
+    # group) that nothing here calls still hands its loader to the trainer of another module.
+    if reached(ctx, call.node) and any(
+        (local := ctx.script.local_function(c.node)) is not None and local.name == function.name
+        for c in ctx.script.call_list
+    ):
+        return False
     return any(
         isinstance(node, ast.Yield | ast.YieldFrom)
         or (isinstance(node, ast.Return) and node.value is not None)
@@ -375,7 +396,8 @@ def _check_sampler_and_shuffle(ctx: Context) -> Iterator[Finding]:
         if not call.name.startswith(("torch.", "DataLoader")):
             continue
         sampler = _a_sampler(ctx, call.kwarg("sampler"), call.node)
-        if sampler is not None and kwarg_true(call, "shuffle"):
+        shuffle = keyword_value(ctx.script, call, "shuffle")
+        if sampler is not None and isinstance(shuffle, ast.Constant) and shuffle.value is True:
             yield ctx.finding(
                 TRG024,
                 call.node,

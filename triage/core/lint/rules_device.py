@@ -131,7 +131,7 @@ TRG055 = Rule(
     fixed=(
         "from accelerate import Accelerator\nfrom transformers import AutoModelForCausalLM\n\n"
         "accelerator = Accelerator()\n"
-        "model = AutoModelForCausalLM.from_pretrained(name, device_map={'': accelerator.process_index})\n"
+        "model = AutoModelForCausalLM.from_pretrained(name, device_map={'': accelerator.local_process_index})\n"
         "model = accelerator.prepare(model)\n"
     ),
 )
@@ -176,14 +176,16 @@ def _device_args(call: Call) -> Iterator[ast.AST]:
             yield from _cuda_indices(first)
     elif tail in ("cuda", "to") and call.receiver is not None and node.args:
         first = node.args[0]
-        if tail == "cuda" or isinstance(first, ast.Name | ast.Attribute):
-            yield first
+        if tail == "cuda" or isinstance(first, ast.Name | ast.Attribute | ast.Call):
+            yield first  # a call: a helper that returns the device (`.to(self._get_current_device())`)
         yield from _cuda_indices(first)
     for keyword in node.keywords:
         if keyword.arg == "device_ids" and isinstance(keyword.value, ast.List | ast.Tuple):
             yield from keyword.value.elts
         elif keyword.arg in ("output_device", "device_id", "device"):
             yield keyword.value
+        elif keyword.arg == "device_map" and isinstance(keyword.value, ast.Dict):
+            yield from keyword.value.values  # `device_map={"": rank}`: the whole model on that GPU
         if keyword.arg in ("device", "map_location", "device_id"):
             yield from _cuda_indices(keyword.value)
 

@@ -21,6 +21,7 @@ from triage.core.lint.model import Finding, Rule
 from triage.core.lint.patterns import kwarg_true, loops_of
 from triage.core.lint.reach import anchored
 from triage.core.lint.script import Call, dotted
+from triage.core.lint.write_targets import callers_target, in_memory, mentions_rank, temporary
 
 TRG023 = Rule(
     code="TRG023",
@@ -157,55 +158,6 @@ def _conditional_expression(ctx: Context, call: Call) -> bool:
     return False
 
 
-def _mentions_rank(ctx: Context, expr: ast.AST, call: Call, depth: int = 3) -> bool:
-    """Whether a path or message depends on the rank, following the names it is built from in the
-    same function (`name = f"mp_rank_{tp_rank:02d}"`, then `join(d, f"{name}.pt")`)."""
-    for node in ast.walk(expr):
-        if isinstance(node, ast.Name | ast.Attribute | ast.Call) and ctx.ranks.rank_kind(node, call.scope):
-            return True
-        if isinstance(node, ast.Name | ast.Attribute) and "rank" in dotted(node).lower():
-            return True
-        if isinstance(node, ast.keyword) and node.arg and "rank" in node.arg.lower():
-            return True
-        if depth and isinstance(node, ast.Name | ast.Attribute):
-            for value in _assigned(ctx, node, call.scope):
-                if _mentions_rank(ctx, value, call, depth - 1):
-                    return True
-    return False
-
-
-def _assigned(ctx: Context, target: ast.Name | ast.Attribute, scope: ast.AST) -> list[ast.expr]:
-    """The values a name is assigned in one function (or the module); for `self.path`, in any
-    method of the class (`self.path = f"queue{self.trainer.global_rank}.pth"` in `setup`)."""
-    text = dotted(target)
-    owner = ctx.script.enclosing_class(target) if isinstance(target, ast.Attribute) else None
-    if isinstance(target, ast.Attribute) and (not text.startswith("self.") or owner is None):
-        return []
-    values = []
-    for node in _assignments(ctx).get(text, []):
-        same = (
-            ctx.script.scope_of(node) is scope
-            if isinstance(target, ast.Name)
-            else ctx.script.enclosing_class(node) is owner
-        )
-        if same:
-            values.append(node.value)
-    return values
-
-
-def _assignments(ctx: Context) -> dict[str, list[ast.Assign]]:
-    """Every assignment of the file by the text of its target."""
-    cached = ctx.script.cache.get("side_effects.assignments")
-    if isinstance(cached, dict):
-        return cached
-    found: dict[str, list[ast.Assign]] = {}
-    for node in ctx.script.of_type(ast.Assign):
-        for target in node.targets:
-            found.setdefault(dotted(target), []).append(node)
-    ctx.script.cache["side_effects.assignments"] = found
-    return found
-
-
 # The helpers of torchvision's references (copied by DeiT, DETR, DINO, MAE, ConvNeXt, ...):
 # `init_distributed_mode` calls `setup_for_distributed`, which replaces `builtins.print`.
 _PRINT_SILENCERS = frozenset({"setup_for_distributed", "init_distributed_mode"})
@@ -260,41 +212,16 @@ def _leaves(stmt: ast.stmt) -> bool:
     )
 
 
-def _temporary(ctx: Context, path: ast.AST, call: Call) -> bool:
-    """A path in `tempfile.mkdtemp()` (or a TemporaryDirectory) made in this function, directly or
-    through the names it is built from: each process's own."""
-    values: list[ast.AST] = [path]
-    for node in ast.walk(path):
-        if isinstance(node, ast.Name | ast.Attribute):
-            values += _assigned(ctx, node, call.scope)
-    return any(
-        "tempfile" in (ctx.script.qual(n.func) or "")
-        for value in values
-        for n in ast.walk(value)
-        if isinstance(n, ast.Call)
-    )
-
-
-def _in_memory(ctx: Context, target: ast.AST, call: Call) -> bool:
-    """`torch.save(obj, buffer)` into an io.BytesIO made in the same function writes no file."""
-    if not isinstance(target, ast.Name):
-        return False
-    for node in ast.walk(call.scope):
-        if isinstance(node, ast.Assign) and any(dotted(t) == target.id for t in node.targets):
-            value = node.value
-            if isinstance(value, ast.Call) and (ctx.script.qual(value.func) or "").endswith("BytesIO"):
-                return True
-    return False
-
-
 def _write(ctx: Context, call: Call) -> str | None:
     """The message for a write every rank should not do; None when the call is not one."""
     name, tail = call.name, call.tail
     if name == "torch.save":
         target = call.node.args[1] if len(call.node.args) > 1 else call.kwarg("f")
-        if target is None or _mentions_rank(ctx, target, call) or _in_memory(ctx, target, call):
+        if target is None or mentions_rank(ctx, target, call) or in_memory(ctx, target, call):
             return None
-        if _temporary(ctx, target, call):
+        if callers_target(ctx, target, call):
+            return None
+        if temporary(ctx, target, call):
             return None
         return f"torch.save() runs on every rank and the path does not contain the rank: {_SAME_FILE}"
     if tail == "save_file" and name.startswith("safetensors"):
@@ -313,16 +240,21 @@ def _write(ctx: Context, call: Call) -> str | None:
         )
     if name in ("wandb.init", "mlflow.start_run"):
         names = [k.value for k in call.node.keywords if k.arg in ("name", "id", "run_name")]
-        if any(_mentions_rank(ctx, value, call) for value in names):
+        if any(mentions_rank(ctx, value, call) for value in names):
             return None  # one run per process on purpose, each named for its rank
         return f"{name}() runs on every rank: one tracker run per process; start it on rank 0 only"
     if tail == "SummaryWriter" and "tensorboard" in name.lower():
+        # One log directory per process on purpose, named for its rank; one step of names only
+        # (`log_dir = join(kwargs["output_dir"], "tb")` is not per rank for a model moved to one).
+        given = (*call.node.args, *(k.value for k in call.node.keywords))
+        if any(mentions_rank(ctx, arg, call, depth=1) for arg in given):
+            return None
         return "SummaryWriter() runs on every rank: one event file per process in the log directory; create it on rank 0 only"
     if (
         name == "shutil.rmtree"
         and not kwarg_true(call, "ignore_errors")
         and len(call.node.args) == 1
-        and not _temporary(ctx, call.node.args[0], call)
+        and not temporary(ctx, call.node.args[0], call)
     ):
         return (
             "shutil.rmtree() runs on every rank: the processes delete the same tree at once and all but"
@@ -383,10 +315,7 @@ def _check_prints(ctx: Context) -> Iterator[Finding]:
                 continue
             if _print_replaced(ctx, call) or _leaves_loop(ctx, call) or _handling(ctx, call, loops[-1]):
                 continue
-            if (
-                any(_mentions_rank(ctx, arg, call) for arg in call.node.args)
-                or call.kwarg("file") is not None
-            ):
+            if any(mentions_rank(ctx, arg, call) for arg in call.node.args) or call.kwarg("file") is not None:
                 continue
             reported.add(id(loops[-1]))
             yield ctx.finding(

@@ -1,0 +1,119 @@
+"""What the target of a write says about who writes it: a path that names the rank (or a replica),
+a temporary path, an in-memory buffer, or a file the caller of an uncalled method chooses."""
+
+from __future__ import annotations
+
+import ast
+
+from triage.core.lint.context import Context
+from triage.core.lint.script import Call, dotted
+
+
+def mentions_rank(ctx: Context, expr: ast.AST, call: Call, depth: int = 3) -> bool:
+    """Whether a path or message depends on the rank, following the names it is built from in the
+    same function (`name = f"mp_rank_{tp_rank:02d}"`, then `join(d, f"{name}.pt")`)."""
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name | ast.Attribute | ast.Call) and ctx.ranks.rank_kind(node, call.scope):
+            return True
+        if isinstance(node, ast.Name | ast.Attribute) and _names_a_process(dotted(node)):
+            return True
+        if isinstance(node, ast.keyword) and node.arg and "rank" in node.arg.lower():
+            return True
+        if depth and isinstance(node, ast.Name | ast.Attribute):
+            for value in _assigned(ctx, node, call.scope):
+                if mentions_rank(ctx, value, call, depth - 1):
+                    return True
+    return False
+
+
+def _names_a_process(name: str) -> bool:
+    """`tp_rank`, `cfg.LOCAL_RANK`; and a replica's id (`REPLICA_GROUP_ID`, `replica_idx`: in torch's
+    words, as in DistributedSampler's `num_replicas`, a replica is one process of the job), not their
+    number (`num_replicas`)."""
+    if "rank" in name.lower():
+        return True
+    lowered = name.rsplit(".", 1)[-1].lower()
+    return "replica" in lowered and not any(w in lowered for w in ("num", "count", "size", "world"))
+
+
+def _assigned(ctx: Context, target: ast.Name | ast.Attribute, scope: ast.AST) -> list[ast.expr]:
+    """The values a name is assigned in one function (or the module); for `self.path`, in any
+    method of the class (`self.path = f"queue{self.trainer.global_rank}.pth"` in `setup`)."""
+    text = dotted(target)
+    owner = ctx.script.enclosing_class(target) if isinstance(target, ast.Attribute) else None
+    if isinstance(target, ast.Attribute) and (not text.startswith("self.") or owner is None):
+        return []
+    values = []
+    for node in _assignments(ctx).get(text, []):
+        same = (
+            ctx.script.scope_of(node) is scope
+            if isinstance(target, ast.Name)
+            else ctx.script.enclosing_class(node) is owner
+        )
+        if same:
+            values.append(node.value)
+    return values
+
+
+def _assignments(ctx: Context) -> dict[str, list[ast.Assign]]:
+    """Every assignment of the file by the text of its target."""
+    cached = ctx.script.cache.get("side_effects.assignments")
+    if isinstance(cached, dict):
+        return cached
+    found: dict[str, list[ast.Assign]] = {}
+    for node in ctx.script.of_type(ast.Assign):
+        for target in node.targets:
+            found.setdefault(dotted(target), []).append(node)
+    ctx.script.cache["side_effects.assignments"] = found
+    return found
+
+
+def temporary(ctx: Context, path: ast.AST, call: Call) -> bool:
+    """A path in `tempfile.mkdtemp()` (or a TemporaryDirectory) made in this function, directly or
+    through the names it is built from: each process's own."""
+    values: list[ast.AST] = [path]
+    for node in ast.walk(path):
+        if isinstance(node, ast.Name | ast.Attribute):
+            values += _assigned(ctx, node, call.scope)
+    return any(
+        "tempfile" in (ctx.script.qual(n.func) or "")
+        for value in values
+        for n in ast.walk(value)
+        if isinstance(n, ast.Call)
+    )
+
+
+def in_memory(ctx: Context, target: ast.AST, call: Call) -> bool:
+    """`torch.save(obj, buffer)` into an io.BytesIO made in the same function (`buffer = BytesIO()`,
+    `with io.BytesIO() as f:`) writes no file."""
+    if not isinstance(target, ast.Name):
+        return False
+    for node in ast.walk(call.scope):
+        if isinstance(node, ast.Assign) and any(dotted(t) == target.id for t in node.targets):
+            value: ast.expr = node.value
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            if dotted(node.optional_vars) != target.id:
+                continue
+            value = node.context_expr
+        else:
+            continue
+        if isinstance(value, ast.Call) and (ctx.script.qual(value.func) or "").endswith("BytesIO"):
+            return True
+    return False
+
+
+def callers_target(ctx: Context, target: ast.AST, call: Call) -> bool:
+    """A method `def save(self, f): torch.save(state, f)` that nothing in this file calls: whoever
+    holds the object calls it, with a file (or buffer) and on ranks this file does not say."""
+    function = call.scope
+    if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) or not isinstance(target, ast.Name):
+        return False
+    if not isinstance(ctx.script.parents.get(function), ast.ClassDef):
+        return False
+    args = function.args
+    if target.id not in {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}:
+        return False
+    imports = ctx.script.imports
+    return not any(  # `self.save(f)`, `state.save(f)`, `Optimizer().save(f)`; not `torch.save`
+        c.tail == function.name and c.name.split(".", 1)[0] not in imports for c in ctx.script.call_list
+    )
