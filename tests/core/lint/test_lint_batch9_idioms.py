@@ -50,6 +50,21 @@ def test_a_set_epoch_that_runs_once_before_the_epochs_sets_no_epoch() -> None:
         ".set_epoch(e.state.epoch))",
     )
     assert "TRG022" not in codes(lambda_handler)
+    # huggingface/accelerate test_utils/scripts/test_script.py: a prepared loader's own set_epoch(0)
+    # (a wrapper that sets the epoch itself each time it is iterated) resets it on purpose.
+    prepared = """
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader
+        def check_seedable_sampler(train_set):
+            accelerator = Accelerator()
+            train_dl = accelerator.prepare(DataLoader(train_set, batch_size=2, shuffle=True))
+            train_dl.set_epoch(0)
+            for _ in range(3):
+                for batch in train_dl:
+                    pass
+        check_seedable_sampler(None)
+    """
+    assert "TRG022" not in codes(prepared)
 
 
 def test_shuffle_passed_through_a_dict_of_keyword_arguments_clashes_with_the_sampler() -> None:

@@ -262,7 +262,10 @@ def _check_set_epoch(ctx: Context) -> Iterator[Finding]:
         return
     once = f" except once, at line {epochs[0].node.lineno}, before the epochs" if epochs else ""
     samplers = list(script.calls("DistributedSampler"))
-    if epochs and not samplers:  # the sampler is built elsewhere (`idist.auto_dataloader`)
+    # The sampler is built elsewhere (`idist.auto_dataloader`); a loader's own `set_epoch` is a
+    # wrapper's (Accelerate's prepared loader sets the epoch itself as each one starts).
+    receiver = epochs[0].receiver if epochs else None
+    if not samplers and receiver is not None and "sampler" in dotted(receiver).lower():
         yield ctx.finding(
             TRG022,
             epochs[0].node,
