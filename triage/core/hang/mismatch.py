@@ -15,7 +15,16 @@ from collections import Counter
 from dataclasses import dataclass
 
 from triage.core.hang.classify import RankState
-from triage.core.hang.paths import branch_only, context, how_skipped, left_by_jump, left_early, past_loop
+from triage.core.hang.paths import (
+    branch_only,
+    context,
+    how_skipped,
+    left_by_jump,
+    left_early,
+    past_loop,
+    retried,
+    returned_early,
+)
 
 
 @dataclass(frozen=True)
@@ -147,11 +156,16 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                 )
                 jump = left_by_jump(early.state, busy.state)
                 if jump:
+                    left = (
+                        f"`{jump[2]}` (line {jump[0]}) tests values of each rank's own, so "
+                        f"{rank_label(early.ranks)} left it when its test turned false"
+                        if jump[1] == "test"
+                        else f"`{jump[2]}` runs as many times on every rank, so {rank_label(early.ranks)} "
+                        f"left it through the `{jump[1]}` at line {jump[0]}"
+                    )
                     evidence = (
-                        f"{evidence[0]}; `{jump[2]}` runs as many times on every rank, so "
-                        f"{rank_label(early.ranks)} left it through the `{jump[1]}` at line {jump[0]}: "
-                        "a decision taken on its own values (a rank-local metric or flag) that the "
-                        "others did not take",
+                        f"{evidence[0]}; {left}: a decision taken on its own values (a rank-local "
+                        "metric or flag) that the others did not take",
                     )
                     verdict = (
                         f"{rank_label(early.ranks)} left the loop on a decision the other ranks did not take"
@@ -163,6 +177,21 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                     ints(early.ranks),
                     verdict,
                 )
+    for early in groups:
+        for busy in groups:
+            exit_ = returned_early(early.state, busy.state) if early is not busy else None
+            if exit_:
+                evidence = (
+                    f"{rank_label(early.ranks)} returned from {exit_[2]}() early, through `if {exit_[1]}:` "
+                    f"(line {exit_[0]}), and waits in {early.state.collective}() past the call, while "
+                    f"{rank_label(busy.ranks)} {busy.state.describe()}: the collective after that return "
+                    "runs only where the test is false (a test on each rank's own data)",
+                    described,
+                )
+                verdict = (
+                    f"{rank_label(early.ranks)} returned early and skipped a collective the others wait in"
+                )
+                return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], ints(early.ranks), verdict
     for ahead in groups:
         for waiting in groups:
             how = how_skipped(ahead.state, waiting.state) if ahead is not waiting else None
@@ -180,6 +209,20 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                     _fewer(ahead, groups),
                     verdict,
                 )
+    for odd in groups:
+        for other in groups:
+            again = retried(odd.state, other.state) if odd is not other else None
+            if again:
+                where = odd.state.user_frame.where() if odd.state.user_frame else "?"
+                evidence = (
+                    f"{rank_label(odd.ranks)} waits in {odd.state.collective}() at {where}, reached "
+                    f"through a retry loop (`{again[2]}`, `try` at line {again[0]}, its `except` at line "
+                    f"{again[1]} goes round again): an attempt that failed after the collective issues it "
+                    f"once more on {rank_label(odd.ranks)} only",
+                    described,
+                )
+                verdict = f"{rank_label(odd.ranks)} issued a collective again in a retry loop"
+                return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], ints(odd.ranks), verdict
     for odd in groups:
         for other in groups:
             found = branch_only(odd.state, other.state) if odd is not other else None

@@ -41,6 +41,9 @@ class LineContext:
     # last line, header: "if predictions", "for callback in self.callbacks"): the control flow
     # a rank went through to get there.
     blocks: tuple[tuple[int, int, str], ...] = ()
+    # The `if`s before the line in its own function whose body ends in a `return`, innermost first,
+    # as (line, test): a rank where the test held left the function without reaching the line.
+    returns: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
