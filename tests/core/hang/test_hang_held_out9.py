@@ -57,3 +57,11 @@ def test_the_other_held_out_jobs_of_session_9_read_right() -> None:
     for job, (entry, suspects) in expected.items():
         picture = _job(job)
         assert (picture.diagnoses[0].entry, picture.suspect_ranks) == (entry, suspects), (job, _says(picture))
+
+
+def test_a_collective_inside_an_except_clause_names_the_rank_that_raised() -> None:
+    """Rank 1 met a malformed batch and waits in all_gather_object inside `except RuntimeError`;
+    ranks 0 and 2 wait in the gradient all_reduce of the next lines."""
+    picture = _job("j_d21_gather_in_except")
+    assert picture.diagnoses[0].entry == "D21" and picture.suspect_ranks == (1,), _says(picture)
+    assert "except RuntimeError" in picture.diagnoses[0].evidence[0]

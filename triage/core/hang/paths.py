@@ -1,7 +1,8 @@
 """How one rank left the path the others are on, read from the source around their lines: it
 left the loop the others are still in (ran out of batches), a `continue` / `break` / `return`
-jumped over the collective the others wait in, or an exception raised before it was swallowed by
-an `except` that does not raise again."""
+jumped over the collective the others wait in, an exception raised before it was swallowed by
+an `except` that does not raise again, a function it returned from early, a retry loop that
+issued the collective again, or an `except` clause only it entered."""
 
 from __future__ import annotations
 
@@ -230,3 +231,18 @@ def returned_early(early: RankState, busy: RankState) -> tuple[int, str, str] | 
         return None
     called, ctx = deeper[0]
     return (*ctx.returns[0], called.function) if ctx.returns else None
+
+
+def in_handler(odd: RankState, other: RankState) -> tuple[int, str] | None:
+    """An `except` clause on `odd`'s path that `other`'s does not run (a frame not on `other`'s
+    stack at that line): `odd` reached its collective because it raised, which `other` did not.
+    As (the clause's line, its header)."""
+    theirs = {(f.file, f.function, f.line) for f, _ in other.path}
+    return next(
+        (
+            ctx.handler
+            for frame, ctx in odd.path
+            if ctx is not None and ctx.handler and (frame.file, frame.function, frame.line) not in theirs
+        ),
+        None,
+    )

@@ -123,6 +123,17 @@ def _early_exits(exits: list[tuple[int, str, ast.stmt]]) -> list[tuple[int, str]
     return [(line, f"not ({test})") for line, test, _ in exits if RANK_TEST.search(test)]
 
 
+def _handler(chain: list[ast.AST], source: str) -> tuple[int, str] | None:
+    """The innermost `except` clause of the line's own function around it, as (line, header)."""
+    for node in reversed(chain):
+        if isinstance(node, _FUNCTIONS):
+            return None
+        if isinstance(node, ast.ExceptHandler):
+            caught = ast.get_source_segment(source, node.type) if node.type is not None else None
+            return node.lineno, f"except {caught}" if caught else "except"
+    return None
+
+
 def _header(node: ast.AST, source: str) -> str:
     if isinstance(node, ast.If | ast.While):
         return f"{'if' if isinstance(node, ast.If) else 'while'} {ast.get_source_segment(source, node.test) or ''}"
@@ -175,5 +186,6 @@ def line_context(source: str, line: int) -> LineContext:
         jumps=_jumps(loop_node) if loop_node is not None else (),
         swallowed=_swallowed(chain, line),
         blocks=_blocks(chain, source),
+        handler=_handler(chain, source),
         returns=tuple((line, test) for line, test, node in exits if isinstance(node, ast.Return)),
     )
