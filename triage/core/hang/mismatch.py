@@ -209,7 +209,8 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
         evidence = (
             f"{rank_label(early.ranks)} returned from {exit_[2]}() early, through `if {exit_[1]}:` "
             f"(line {exit_[0]}), and waits in {early.state.collective}() past the call, while "
-            f"{rank_label(busy.ranks)} {busy.state.describe()}: the collective after that return "
+            f"{rank_label(busy.ranks)} {'is' if len(busy.ranks) == 1 else 'are'} {busy.state.describe()}: "
+            "the collective after that return "
             "runs only where the test is false (a test on each rank's own data)",
             described,
         )
