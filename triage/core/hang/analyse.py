@@ -60,9 +60,15 @@ PROMPTS = frozenset({"debugger", "stdin"})
 _PROMPTED = "waits at an interactive prompt (a debugger or input() left in)"
 
 
-def _never_launched(waiting: list[Group]) -> bool:
+def _never_launched(waiting: list[Group], gone: Sequence[int | None] = ()) -> bool:
     """Every rank seen waits while the group forms and none was started by a launcher: a plain
-    `python train.py` per rank, where a missing rank is one nobody started."""
+    `python train.py` per rank, where a missing rank is one nobody started. Not where every rank
+    `gone` lies between two ranks that run: ranks are started in a row (a shell loop, a Slurm
+    task list), so one missing among them was started and is gone."""
+    running = [r for g in waiting for r in g.ranks if r is not None]
+    known = [r for r in gone if r is not None]
+    if running and known and all(min(running) < r < max(running) for r in known):
+        return False
     return all(g.state.kind == "init" and g.state.launcher == RankState.NO_LAUNCHER for g in waiting)
 
 
@@ -72,7 +78,7 @@ def _straggler(waiting: list[Group], others: list[Group]) -> tuple[list[Diagnosi
     lines = tuple(f"{rank_label(g.ranks)} {g.state.describe()}" for g in [*others, *waiting])
     kinds = {g.state.kind for g in others}
     if kinds == {"exited"}:
-        if _never_launched(waiting):
+        if _never_launched(waiting, odd):
             verdict = (
                 f"{label} never joined: the others wait for it while the process group forms, and no "
                 "launcher started this job (its WORLD_SIZE counts ranks that were never started)"

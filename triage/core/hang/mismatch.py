@@ -3,19 +3,37 @@
 The rules read like an engineer comparing the stacks: a collective under a rank-dependent `if`
 (or past an early `return` under one) is the bug (D21); a send or receive with no partner is a
 desync (D19); a rank waiting past the end of the loop the others are still in ran out of batches
-(D9); a `continue` / `break` or a swallowed exception that jumped over the others' collective is
-a skip (D19); a collective reached through an `if` or a loop the other ranks passed without
-entering is a collective under control flow that differs across ranks (D21); otherwise a desync
-(D19). The odd ranks out are the side that took the other path, or the rest where they are fewer.
+(D9), or left a loop on a test of its own values (D19); a rank past a call whose function
+`return`s early under a test, before the collective the others wait in there, skipped it (D21);
+a `continue` / `break` or a swallowed exception that jumped over the others' collective is a
+skip (D19); a collective reached through a retry loop (`try` in a loop, its `except` going round
+again) is issued once more on that rank (D19); one inside an `except` clause runs only on the
+ranks that raised (D21); a collective reached through an `if` or a loop the other ranks passed
+without entering is a collective under control flow that differs across ranks (D21); otherwise a
+desync (D19). The odd ranks out are the side that took the other path, or the rest where they are fewer.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from triage.core.hang.classify import RankState
-from triage.core.hang.paths import branch_only, context, how_skipped, left_by_jump, left_early, past_loop
+from triage.core.hang.paths import (
+    branch_only,
+    context,
+    how_skipped,
+    in_handler,
+    left_by_jump,
+    left_early,
+    past_loop,
+    retried,
+    returned_early,
+)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -98,6 +116,23 @@ def _fewer(side: Group, groups: tuple[Group, ...]) -> tuple[int, ...]:
     return ints(rest) if 0 < len(rest) < len(side.ranks) else ints(side.ranks)
 
 
+def _waits_at(group: Group) -> str:
+    where = group.state.user_frame.where() if group.state.user_frame else "?"
+    return f"{rank_label(group.ranks)} waits in {group.state.collective}() at {where}"
+
+
+def _first_pair(
+    groups: tuple[Group, ...], test: Callable[[RankState, RankState], T | None]
+) -> tuple[Group, Group, T] | None:
+    """The first two different groups (a, b) for which `test(a, b)` finds something, with it."""
+    for a in groups:
+        for b in groups:
+            found = test(a.state, b.state) if a is not b else None
+            if found:
+                return a, b, found
+    return None
+
+
 def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...], str]:
     """The entries, the odd ranks out and the verdict for `groups` waiting in different collectives."""
     described = "; ".join(f"{rank_label(g.ranks)} {g.state.describe()}" for g in groups)
@@ -147,11 +182,16 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                 )
                 jump = left_by_jump(early.state, busy.state)
                 if jump:
+                    left = (
+                        f"`{jump[2]}` (line {jump[0]}) tests values of each rank's own, so "
+                        f"{rank_label(early.ranks)} left it when its test turned false"
+                        if jump[1] == "test"
+                        else f"`{jump[2]}` runs as many times on every rank, so {rank_label(early.ranks)} "
+                        f"left it through the `{jump[1]}` at line {jump[0]}"
+                    )
                     evidence = (
-                        f"{evidence[0]}; `{jump[2]}` runs as many times on every rank, so "
-                        f"{rank_label(early.ranks)} left it through the `{jump[1]}` at line {jump[0]}: "
-                        "a decision taken on its own values (a rank-local metric or flag) that the "
-                        "others did not take",
+                        f"{evidence[0]}; {left}: a decision taken on its own values (a rank-local "
+                        "metric or flag) that the others did not take",
                     )
                     verdict = (
                         f"{rank_label(early.ranks)} left the loop on a decision the other ranks did not take"
@@ -163,6 +203,19 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                     ints(early.ranks),
                     verdict,
                 )
+    returned = _first_pair(groups, returned_early)
+    if returned:
+        early, busy, exit_ = returned
+        evidence = (
+            f"{rank_label(early.ranks)} returned from {exit_[2]}() early, through `if {exit_[1]}:` "
+            f"(line {exit_[0]}), and waits in {early.state.collective}() past the call, while "
+            f"{rank_label(busy.ranks)} {'is' if len(busy.ranks) == 1 else 'are'} {busy.state.describe()}: "
+            "the collective after that return "
+            "runs only where the test is false (a test on each rank's own data)",
+            described,
+        )
+        verdict = f"{rank_label(early.ranks)} returned early and skipped a collective the others wait in"
+        return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], ints(early.ranks), verdict
     for ahead in groups:
         for waiting in groups:
             how = how_skipped(ahead.state, waiting.state) if ahead is not waiting else None
@@ -180,21 +233,40 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                     _fewer(ahead, groups),
                     verdict,
                 )
-    for odd in groups:
-        for other in groups:
-            found = branch_only(odd.state, other.state) if odd is not other else None
-            if found:
-                where = odd.state.user_frame.where() if odd.state.user_frame else "?"
-                evidence = (
-                    f"{rank_label(odd.ranks)} waits in {odd.state.collective}() at {where}, reached "
-                    f"through `{found[1]}` (line {found[0]}), which {rank_label(other.ranks)} passed "
-                    "without entering: a collective under a condition or loop that differs across ranks",
-                    described,
-                )
-                verdict = (
-                    f"{rank_label(odd.ranks)} is in a collective that only some ranks reach (`{found[1]}`)"
-                )
-                return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], _fewer(odd, groups), verdict
+    again = _first_pair(groups, retried)
+    if again:
+        odd, _, (start, handler, header) = again
+        evidence = (
+            f"{_waits_at(odd)}, reached through a retry loop (`{header}`, `try` at line {start}, its "
+            f"`except` at line {handler} goes round again): an attempt that failed after the "
+            f"collective issues it once more on {rank_label(odd.ranks)} only",
+            described,
+        )
+        verdict = f"{rank_label(odd.ranks)} issued a collective again in a retry loop"
+        return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], ints(odd.ranks), verdict
+    caught = _first_pair(groups, in_handler)
+    if caught:
+        odd, other, (line, clause) = caught
+        evidence = (
+            f"{_waits_at(odd)}, inside `{clause}:` (line {line}): only a rank whose `try` raised runs "
+            f"it, and {rank_label(other.ranks)} did not raise",
+            described,
+        )
+        verdict = (
+            f"{rank_label(odd.ranks)} is in a collective inside an exception handler the others did not enter"
+        )
+        return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], ints(odd.ranks), verdict
+    branched = _first_pair(groups, branch_only)
+    if branched:
+        odd, other, (line, header) = branched
+        evidence = (
+            f"{_waits_at(odd)}, reached through `{header}` (line {line}), which "
+            f"{rank_label(other.ranks)} passed without entering: a collective under a condition or "
+            "loop that differs across ranks",
+            described,
+        )
+        verdict = f"{rank_label(odd.ranks)} is in a collective that only some ranks reach (`{header}`)"
+        return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], _fewer(odd, groups), verdict
     sizes = Counter(len(g.ranks) for g in groups)
     largest = max(len(g.ranks) for g in groups)
     odd_ranks = (

@@ -1,7 +1,8 @@
 """How one rank left the path the others are on, read from the source around their lines: it
 left the loop the others are still in (ran out of batches), a `continue` / `break` / `return`
-jumped over the collective the others wait in, or an exception raised before it was swallowed by
-an `except` that does not raise again."""
+jumped over the collective the others wait in, an exception raised before it was swallowed by
+an `except` that does not raise again, a function it returned from early, a retry loop that
+issued the collective again, or an `except` clause only it entered."""
 
 from __future__ import annotations
 
@@ -70,10 +71,26 @@ def _busy_loops(early: RankState, busy: RankState) -> list[tuple[int, int, str, 
     return found
 
 
+# A `while` loop whose test reads no data (`while not converged`, `while patience > 0`): a rank
+# out of it left when its own test turned false, on its own values. `while True` says nothing:
+# its `break`s may be the end of the data.
+_WHILE = re.compile(r"^while (?P<test>.+)$")
+
+
+def _own_test(header: str) -> bool:
+    found = _WHILE.match(header)
+    if found is None or found.group("test").strip() in ("True", "1"):
+        return False
+    return not _FROM_DATA.search(found.group("test"))
+
+
 def left_by_jump(early: RankState, busy: RankState) -> tuple[int, str, str] | None:
     """A counting loop `busy` is still in, that `early` left through one of its `break`s or
-    `return`s: (the jump's line, its kind, the loop's header), or None."""
+    `return`s, or a `while` loop on a test of the ranks' own values that `early` left when its
+    test turned false: (the jump's or the test's line, its kind, the loop's header), or None."""
     for first, last, header, ctx in _busy_loops(early, busy):
+        if _own_test(header) and ctx.loop == (first, last):
+            return first, "test", header
         if _counted(header) and ctx.loop == (first, last):
             jump = next(((line, kind) for line, kind in ctx.jumps if kind in ("break", "return")), None)
             if jump:
@@ -178,3 +195,54 @@ def branch_only(a: RankState, b: RankState) -> tuple[int, str] | None:
     a_line, a_ctx, b_line, b_ctx, _ = parted
     mine, theirs = _own_blocks(a_ctx, b_line), _own_blocks(b_ctx, a_line)
     return (mine[-1][0], mine[-1][2]) if mine and not theirs else None
+
+
+def retried(odd: RankState, other: RankState) -> tuple[int, int, str] | None:
+    """A retry loop on `odd`'s path that `other`'s does not run: a user frame (not on `other`'s
+    stack at that line) inside a `try` within a loop, whose `except` swallows the error and lets
+    the loop go round again. An attempt that raised after its collective issues that collective
+    once more on `odd` only. As (the `try` line, the handler's line, the loop's header)."""
+    theirs = {(f.file, f.function, f.line) for f, _ in other.path}
+    for frame, ctx in odd.path:
+        if ctx is None or ctx.swallowed is None or ctx.loop is None:
+            continue
+        if (frame.file, frame.function, frame.line) in theirs:
+            continue
+        start, handler, end = ctx.swallowed
+        first, last = ctx.loop
+        if not first < start <= last or any(handler <= line <= end for line, _ in ctx.jumps):
+            continue
+        header = next((b[2] for b in ctx.blocks if (b[0], b[1]) == ctx.loop), "")
+        return start, handler, header
+    return None
+
+
+def returned_early(early: RankState, busy: RankState) -> tuple[int, str, str] | None:
+    """`early` waits further down the function where both paths part, past the call in which
+    `busy` waits, and that called function has an `if <test>: ... return` before `busy`'s line:
+    `early` took that return (nothing to do on its data) and skipped the collective. As (the `if`
+    line, its test, the called function)."""
+    parted = parting(early, busy)
+    if parted is None:
+        return None
+    e_line, e_ctx, b_line, _, depth = parted
+    deeper = _outermost_first(busy)[depth + 1 : depth + 2]
+    if e_line <= b_line or _own_blocks(e_ctx, b_line) or not deeper:
+        return None
+    called, ctx = deeper[0]
+    return (*ctx.returns[0], called.function) if ctx.returns else None
+
+
+def in_handler(odd: RankState, other: RankState) -> tuple[int, str] | None:
+    """An `except` clause on `odd`'s path that `other`'s does not run (a frame not on `other`'s
+    stack at that line): `odd` reached its collective because it raised, which `other` did not.
+    As (the clause's line, its header)."""
+    theirs = {(f.file, f.function, f.line) for f, _ in other.path}
+    return next(
+        (
+            ctx.handler
+            for frame, ctx in odd.path
+            if ctx is not None and ctx.handler and (frame.file, frame.function, frame.line) not in theirs
+        ),
+        None,
+    )

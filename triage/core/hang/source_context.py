@@ -98,24 +98,40 @@ def _own_function(chain: list[ast.AST]) -> int:
     return max((i + 1 for i, n in enumerate(chain) if isinstance(n, _FUNCTIONS)), default=0)
 
 
-def _early_exits(tree: ast.AST, chain: list[ast.AST], source: str) -> list[tuple[int, str]]:
-    """Rank tests that send some ranks away before they reach the line: an `if rank != 0:
-    return` (or `raise`, `continue`, `break`) earlier in the line's own function, at any level of
-    the blocks around it, innermost first. The line runs only where the test is false."""
+def _guarded_exits(tree: ast.AST, chain: list[ast.AST], source: str) -> list[tuple[int, str, ast.stmt]]:
+    """The `if`s earlier in the line's own function, at any level of the blocks around it, whose
+    body ends in a `return` (or `raise`, `continue`, `break`): some ranks may leave there before
+    reaching the line. As (the `if` line, its test, the exit), innermost first."""
     start = _own_function(chain)
-    found: list[tuple[int, str]] = []
+    found: list[tuple[int, str, ast.stmt]] = []
     for container, child in zip([tree, *chain][start:], chain[start:], strict=False):
         for block in ("body", "orelse", "finalbody"):
             statements = getattr(container, block, None)
             if not isinstance(statements, list) or child not in statements:
                 continue
             for sibling in statements[: statements.index(child)]:
-                if not isinstance(sibling, ast.If) or not sibling.body:
-                    continue
-                test = ast.get_source_segment(source, sibling.test) or ""
-                if isinstance(sibling.body[-1], _EXITS) and RANK_TEST.search(test):
-                    found.append((sibling.lineno, f"not ({test})"))
+                if isinstance(sibling, ast.If) and sibling.body and isinstance(sibling.body[-1], _EXITS):
+                    found.append(
+                        (sibling.lineno, ast.get_source_segment(source, sibling.test) or "", sibling.body[-1])
+                    )
     return found[::-1]
+
+
+def _early_exits(exits: list[tuple[int, str, ast.stmt]]) -> list[tuple[int, str]]:
+    """Rank tests that send some ranks away before they reach the line: an `if rank != 0:
+    return` (or `raise`, `continue`, `break`). The line runs only where the test is false."""
+    return [(line, f"not ({test})") for line, test, _ in exits if RANK_TEST.search(test)]
+
+
+def _handler(chain: list[ast.AST], source: str) -> tuple[int, str] | None:
+    """The innermost `except` clause of the line's own function around it, as (line, header)."""
+    for node in reversed(chain):
+        if isinstance(node, _FUNCTIONS):
+            return None
+        if isinstance(node, ast.ExceptHandler):
+            caught = ast.get_source_segment(source, node.type) if node.type is not None else None
+            return node.lineno, f"except {caught}" if caught else "except"
+    return None
 
 
 def _header(node: ast.AST, source: str) -> str:
@@ -153,7 +169,8 @@ def line_context(source: str, line: int) -> LineContext:
             test = ast.get_source_segment(source, node.test) or ""
             if RANK_TEST.search(test):
                 conditions.append((node.lineno, test))
-    conditions += _early_exits(tree, chain, source)
+    exits = _guarded_exits(tree, chain, source)
+    conditions += _early_exits(exits)
     loop_node = next((n for n in reversed(chain) if isinstance(n, _LOOPS)), None)
     # A loop outside the current function does not count: the frame's own loop decides.
     if loop_node is not None:
@@ -169,4 +186,6 @@ def line_context(source: str, line: int) -> LineContext:
         jumps=_jumps(loop_node) if loop_node is not None else (),
         swallowed=_swallowed(chain, line),
         blocks=_blocks(chain, source),
+        handler=_handler(chain, source),
+        returns=tuple((line, test) for line, test, node in exits if isinstance(node, ast.Return)),
     )

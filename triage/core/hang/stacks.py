@@ -41,6 +41,12 @@ class LineContext:
     # last line, header: "if predictions", "for callback in self.callbacks"): the control flow
     # a rank went through to get there.
     blocks: tuple[tuple[int, int, str], ...] = ()
+    # The `if`s before the line in its own function whose body ends in a `return`, innermost first,
+    # as (line, test): a rank where the test held left the function without reaching the line.
+    returns: tuple[tuple[int, str], ...] = ()
+    # The innermost `except` clause of the line's own function that holds the line, as (line,
+    # "except RuntimeError"): only a rank that raised in its `try` runs it.
+    handler: tuple[int, str] | None = None
 
 
 @dataclass(frozen=True)
