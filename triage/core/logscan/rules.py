@@ -249,6 +249,11 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
     found.extend(same_call_timeouts(events, scan))
     if first is None:
         return found
+    from triage.core.logscan.signals import killed_from_outside  # likewise
+
+    outside = killed_from_outside(events)
+    if outside is not None:
+        found.append(outside)
     from triage.core.logscan.restarts import restart  # likewise
 
     restarted = restart(events, first, scan)
@@ -285,8 +290,11 @@ def _torchrun_stopped(events: list[Event], first: Event, scan: Scan) -> bool:
     left to its signature: torchrun also stops ranks about to fail the same way)."""
     if not scan.launcher_stopped or first.kind == "hit" or first.rank != scan.root_cause_rank:
         return False
-    own = (e for e in events if e.real and e.kind != "exit" and not is_launcher(e) and not is_context(e))
-    return all(e.rank in (None, first.rank) for e in own)
+    own = [e for e in events if e.real and e.kind != "exit" and not is_launcher(e) and not is_context(e)]
+    # The same error printed by more than one process (before the group exists torch puts no rank
+    # in front): every worker failed the same way, and torchrun only stopped one already failing.
+    repeated = sum(1 for e in own if e.kind == first.kind and e.text == first.text) > 1
+    return not repeated and all(e.rank in (None, first.rank) for e in own)
 
 
 def _left_in_barrier(events: list[Event], gone: int | None, scan: Scan) -> Event | None:

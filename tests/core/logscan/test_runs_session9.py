@@ -1,0 +1,50 @@
+"""The log engine on session 9's stored real output (eval/runs/train.yaml; no torch launched here).
+
+A worker that torchrun reports dead of SIGTERM (exit -15) while torchrun sent SIGTERM only to the
+other workers was stopped from outside the job (X3), not by the launcher's teardown; the same error
+printed by more than one process is every worker failing alike, not one rank that diverged.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.core.logscan.test_runs_outputs import _item
+from tests.log_paste import verdict_for
+from triage.core.model import KnowledgeBase
+
+
+@pytest.mark.parametrize("setting", ["default", "loglevel-info"])
+def test_sigterm_the_launcher_never_sent_is_a_kill_from_outside(kb: KnowledgeBase, setting: str) -> None:
+    log = str(_item("sigterm_rank1.py", setting)["log"])
+    verdict = verdict_for(kb, log)
+    assert verdict.found and verdict.diagnoses[0].entry_id == "X3", verdict.diagnoses[:3]
+    assert verdict.first_rank == 1
+    assert 0 in verdict.waiting_ranks
+
+
+def test_sigterm_the_launcher_sent_is_its_own_teardown(kb: KnowledgeBase) -> None:
+    log = str(_item("sigterm_rank1.py")["log"])
+    dead = re.search(r"exitcode: -15\) local_rank: 1 \(pid: (\d+)\)", log)
+    assert dead is not None
+    # the same log, had torchrun itself sent the SIGTERM that ended rank 1
+    sending = re.search(r"^.*Sending process (\d+) closing signal SIGTERM$", log, re.MULTILINE)
+    assert sending is not None
+    also = sending[0].replace(sending[1], dead[1])
+    sent = log.replace(sending[0], f"{sending[0]}\n{also}", 1)
+    ids = [d.entry_id for d in verdict_for(kb, sent).diagnoses]
+    assert "X3" not in ids
+
+
+def test_one_error_printed_by_every_process_is_no_diverged_rank(kb: KnowledgeBase) -> None:
+    log = str(_item("init_timeout_int.py")["log"])
+    verdict = verdict_for(kb, log)
+    assert not verdict.found or verdict.diagnoses[0].entry_id != "D20", verdict.diagnoses[:3]
+    # with one of the two identical tracebacks gone, one worker failed alone while torchrun
+    # stopped the other: the diverged rank again
+    first = log.index("Traceback (most recent call last)")
+    second = log.index("Traceback (most recent call last)", first + 1)
+    alone = verdict_for(kb, log[:first] + log[second:])
+    assert alone.found and alone.diagnoses[0].entry_id == "D20", alone.diagnoses[:3]
