@@ -48,3 +48,14 @@ def test_one_error_printed_by_every_process_is_no_diverged_rank(kb: KnowledgeBas
     second = log.index("Traceback (most recent call last)", first + 1)
     alone = verdict_for(kb, log[:first] + log[second:])
     assert alone.found and alone.diagnoses[0].entry_id == "D20", alone.diagnoses[:3]
+
+
+def test_a_job_interrupted_by_hand_with_no_error_of_its_own_was_hung(kb: KnowledgeBase) -> None:
+    log = str(_item("ctrl_c_hung_barrier.py")["log"])
+    verdict = verdict_for(kb, log)
+    top = verdict.diagnoses[0]
+    assert verdict.found and top.entry_id == "D19", verdict.diagnoses[:3]
+    assert "interrupted" in top.reason and "rank 1 in backward" in top.reason
+    # an error of the job's own before the interrupt: the interrupt only came after the failure
+    failed = log.replace("epoch 0 saved\n", "epoch 0 saved\nZeroDivisionError: division by zero\n", 1)
+    assert all("interrupted" not in d.reason for d in verdict_for(kb, failed).diagnoses)

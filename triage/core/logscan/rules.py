@@ -249,11 +249,9 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
     found.extend(same_call_timeouts(events, scan))
     if first is None:
         return found
-    from triage.core.logscan.signals import killed_from_outside  # likewise
+    from triage.core.logscan.signals import interrupted, killed_from_outside  # likewise
 
-    outside = killed_from_outside(events)
-    if outside is not None:
-        found.append(outside)
+    found.extend(i for i in (killed_from_outside(events), interrupted(events, scan)) if i is not None)
     from triage.core.logscan.restarts import restart  # likewise
 
     restarted = restart(events, first, scan)
