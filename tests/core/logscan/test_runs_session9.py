@@ -56,6 +56,8 @@ def test_a_job_interrupted_by_hand_with_no_error_of_its_own_was_hung(kb: Knowled
     top = verdict.diagnoses[0]
     assert verdict.found and top.entry_id == "D19", verdict.diagnoses[:3]
     assert "interrupted" in top.reason and "rank 1 in backward" in top.reason
+    # the worker's own bare `KeyboardInterrupt`, not torchrun's SignalException, is where rank 1 stopped
+    assert verdict.first is not None and verdict.first.text == "KeyboardInterrupt"
     # an error of the job's own before the interrupt: the interrupt only came after the failure
     failed = log.replace("epoch 0 saved\n", "epoch 0 saved\nZeroDivisionError: division by zero\n", 1)
     assert all("interrupted" not in d.reason for d in verdict_for(kb, failed).diagnoses)
