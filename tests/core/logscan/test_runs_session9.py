@@ -74,3 +74,13 @@ def test_a_peer_that_left_with_this_ranks_data_unread_disagreed_in_size(kb: Know
     )
     left = verdict_for(kb, closed)
     assert left.found and left.diagnoses[0].entry_id == "D9", left.diagnoses[:3]
+
+
+def test_a_process_mp_spawn_reports_dead_of_sigterm_was_killed_from_outside(kb: KnowledgeBase) -> None:
+    log = str(_item("spawn_rank_killed.py")["log"])
+    assert "terminated with signal SIGKILL" in log
+    # mp.spawn stops the others with SIGTERM itself but reports only the first to die
+    verdict = verdict_for(kb, log.replace("terminated with signal SIGKILL", "terminated with signal SIGTERM"))
+    top = verdict.diagnoses[0]
+    assert verdict.found and top.entry_id == "X3" and "did not send" in top.reason, verdict.diagnoses[:3]
+    assert verdict.first_rank == 1

@@ -3,7 +3,8 @@
 torchrun stops the surviving workers with SIGTERM once one has failed, and says so for each
 (`Sending process 953 closing signal SIGTERM`). A worker whose exit report says SIGTERM (exit code
 -15) while the launcher, seen stopping other workers, never sent that worker's pid one, was ended
-from outside the job: a person's `kill`, a scheduler, a cleanup job, a preemption notice. The other
+from outside the job: a person's `kill`, a scheduler, a cleanup job, a preemption notice. So was a
+process mp.spawn reports dead of SIGTERM (it reports the first to die, never one it stopped). The other
 ranks' lost peer only follows from it (X3, with the spot-preemption entry X2 beside it).
 
 A job interrupted by hand (Ctrl+C: torchrun's `SignalException: ... got signal: 2`, the workers'
@@ -33,9 +34,9 @@ def killed_from_outside(events: list[Event]) -> Inferred | None:
     for event in events:
         if event.kind == "exit" and event.note == OUTSIDE_SIGTERM and event.rank is not None:
             reason = (
-                f"rank {event.rank} died of SIGTERM that torchrun did not send (it sent SIGTERM only to"
-                " the other workers): something outside the job stopped it (a kill, a scheduler,"
-                " a cleanup job, a preemption); the other ranks only lost their peer"
+                f"rank {event.rank} died of a SIGTERM its launcher did not send: something outside the"
+                " job stopped it (a kill, a scheduler, a cleanup job, a preemption); the other ranks"
+                " only lost their peer"
             )
             return Inferred(KILLED_FROM_OUTSIDE, OUTSIDE_SCORE, (event,), reason, True)
     return None

@@ -294,7 +294,11 @@ class Structure:
         spawned = _SPAWN_EXIT.search(body)
         if spawned:
             status = _signal_exit(spawned["signal"]) if spawned["signal"] else int(spawned["code"])
-            self.emit(source, number, Found("exit", int(spawned["rank"]), short[-200:], exit_code=status))
+            # mp.spawn reports only the process that died first, never one it stopped itself
+            note = OUTSIDE_SIGTERM if status == SIGTERM_EXIT else ""
+            self.emit(
+                source, number, Found("exit", int(spawned["rank"]), short[-200:], note=note, exit_code=status)
+            )
             return True
         return False
 
