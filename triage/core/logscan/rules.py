@@ -22,7 +22,8 @@ And the patterns no single line shows, each a diagnosis of its own (see `inferre
 - a rank exited non-zero and printed nothing of its own: its traceback is missing (P4);
 - torchrun restarting the worker group after a worker died: one event, the restart (MN5);
 - a rank that lost its peer while torchrun saw every other worker end well: the others ran out
-  of batches (D9).
+  of batches (D9), or, when the peer reset the connection, completed a call of another size (D19);
+- a worker dead of a SIGTERM its launcher never sent, and a job interrupted by hand (signals.py).
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ And every rank timed out inside the same collective, called from the same line: 
 or gone (a slow or dead rank is the one that is not waiting there), so the calls themselves do not
 pair up: another root or destination, another size, a different count of earlier calls (D19). A
 barrier takes no arguments, so ranks timing out together at one barrier are left to the timeout.
+
+And a rank that lost its peer mid-collective while every other worker ended well: the peer left
+after its last batch (D9), unless it reset the connection, leaving this rank's data unread: then
+it had completed the same call with a smaller size or count (D19).
 """
 
 from __future__ import annotations
