@@ -56,6 +56,15 @@ EXTRA: dict[str, str] = {
     "rank0_metric_helper_allreduce.py": "detail",
     "manual_shard_extra_batch.py": "tee",
     "main_process_first_tokenize.py": "loglevel-info",
+    # session 9 (written before the engine was read)
+    "ddp_data_dependent_branch.py": "loglevel-info",
+    "all_to_all_split_mismatch.py": "detail",
+    "metric_keys_per_rank.py": "detail",
+    "reduce_scatter_list_len.py": "detail",
+    "numpy_memoryerror_rank1.py": "tee",
+    "rank0_early_stop_break.py": "tee",
+    "makedirs_race.py": "loglevel-info",
+    "sigterm_rank1.py": "loglevel-info",
 }
 # Variables that would make a run look launched or change torch's output (as triage.repro scrubs).
 _SCRUB = (

@@ -160,7 +160,9 @@ def rank_rows(scan: Scan, verdict: Verdict) -> list[RankRow]:
             rows.append(RankRow(rank, state, "(printed nothing the scan recognised)"))
             continue
         text = _last_text(shown)
-        if shown.kind != "exit" and any(e.kind == "exit" and e.exit_code == SIGTERM_EXIT for e in mine):
+        if shown.kind != "exit" and any(
+            e.kind == "exit" and e.exit_code == SIGTERM_EXIT and not e.real for e in mine
+        ):
             text += "  (then stopped by the launcher)"
         rows.append(RankRow(rank, state, text, _when(scan, shown, many)))
     return rows
@@ -169,7 +171,9 @@ def rank_rows(scan: Scan, verdict: Verdict) -> list[RankRow]:
 def _last_text(event: Event) -> str:
     if event.kind == "exit":
         return f"exited with code {event.exit_code}" + (
-            " (SIGTERM from the launcher)" if event.exit_code == SIGTERM_EXIT else ""
+            (" (SIGTERM from outside the launcher)" if event.real else " (SIGTERM from the launcher)")
+            if event.exit_code == SIGTERM_EXIT
+            else ""
         )
     return event.text
 

@@ -26,6 +26,7 @@ STRUCTURAL_ANCHORS: tuple[str, ...] = (
     "error:",  # a Python exception line: `ValueError: ...`
     "exception:",
     "error\n",  # an exception without a message (the scanner sees lines with their newline)
+    "interrupt\n",  # `KeyboardInterrupt`, bare: where a rank stood when the job was stopped by hand
     "exitcode",  # torchrun: `failed (exitcode: 1) local_rank: 1` and the failure summary
     "local_rank:",  # the summary's `rank : 1 (local_rank: 1)`
     "first observed failure",

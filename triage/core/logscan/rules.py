@@ -22,7 +22,8 @@ And the patterns no single line shows, each a diagnosis of its own (see `inferre
 - a rank exited non-zero and printed nothing of its own: its traceback is missing (P4);
 - torchrun restarting the worker group after a worker died: one event, the restart (MN5);
 - a rank that lost its peer while torchrun saw every other worker end well: the others ran out
-  of batches (D9).
+  of batches (D9), or, when the peer reset the connection, completed a call of another size (D19);
+- a worker dead of a SIGTERM its launcher never sent, and a job interrupted by hand (signals.py).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ SHARED_GPU_SCORE = 1.0
 # c10d's warning that a name does not resolve; the target is `host, port` as printed.
 _UNRESOLVED = re.compile(r"network addresses of \((?P<target>[^()]{1,200})\) cannot be retrieved \(gai error")
 # torch's monitored barrier naming the ranks that never arrived.
-_NAMES_ABSENT = re.compile(r"\bRanks? (?P<ranks>\d+(?:, ?\d+){0,64}) failed to pass monitoredBarrier")
+NAMES_ABSENT = re.compile(r"\bRanks? (?P<ranks>\d+(?:, ?\d+){0,64}) failed to pass monitoredBarrier")
 # A collective that ended because the other end of the connection went away.
 _PEER_GONE = re.compile(r"Connection (closed|reset) by peer|remote process exited", re.IGNORECASE)
 SPECIFIC_WEIGHT = 0.9  # a signature this specific keeps its meaning even after a timeout
@@ -190,7 +191,7 @@ def blamed_the_dead(
     failed: set[int | None] = {root_cause} if root_cause is not None and root_cause in spoke else set()
     result = []
     for event in events:
-        named = _NAMES_ABSENT.search(event.text) if event.kind != "exit" else None
+        named = NAMES_ABSENT.search(event.text) if event.kind != "exit" else None
         if named is not None and event.rank not in dead:
             ranks = {int(r) for r in re.findall(r"\d+", named["ranks"])}
             left = root_cause_alone is not None and event.rank == root_cause_alone
@@ -249,13 +250,18 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
     found.extend(same_call_timeouts(events, scan))
     if first is None:
         return found
+    from triage.core.logscan.signals import interrupted, killed_from_outside  # likewise
+
+    found.extend(i for i in (killed_from_outside(events), interrupted(events, scan)) if i is not None)
     from triage.core.logscan.restarts import restart  # likewise
 
     restarted = restart(events, first, scan)
     if restarted is not None:
         found.append(restarted)
         return found
-    left = _peer_left(events, first, scan)
+    from triage.core.logscan.steps import peer_left
+
+    left = peer_left(events, first, scan)
     if left is not None:
         found.append(left)
     if first.real:
@@ -285,8 +291,11 @@ def _torchrun_stopped(events: list[Event], first: Event, scan: Scan) -> bool:
     left to its signature: torchrun also stops ranks about to fail the same way)."""
     if not scan.launcher_stopped or first.kind == "hit" or first.rank != scan.root_cause_rank:
         return False
-    own = (e for e in events if e.real and e.kind != "exit" and not is_launcher(e) and not is_context(e))
-    return all(e.rank in (None, first.rank) for e in own)
+    own = [e for e in events if e.real and e.kind != "exit" and not is_launcher(e) and not is_context(e)]
+    # The same error printed by more than one process (before the group exists torch puts no rank
+    # in front): every worker failed the same way, and torchrun only stopped one already failing.
+    repeated = sum(1 for e in own if e.kind == first.kind and e.text == first.text) > 1
+    return not repeated and all(e.rank in (None, first.rank) for e in own)
 
 
 def _left_in_barrier(events: list[Event], gone: int | None, scan: Scan) -> Event | None:
@@ -331,43 +340,6 @@ def _shared_gpu(scan: Scan) -> list[Inferred]:
                 )
             ]
     return []
-
-
-def _peer_left(events: list[Event], first: Event, scan: Scan) -> Inferred | None:
-    """The only failure is one rank's wait that ended with its peer gone (`Connection closed by
-    peer`), and torchrun saw every other worker end well: the peer finished its loop and left
-    while this rank still had batches to run."""
-    # mp.spawn reporting this rank, with no other process left to stop: the others had ended, and
-    # well (a process that failed first would have been the one reported)
-    spawn_alone = scan.spawn_failed == first.rank and scan.spawn_stopped == 0
-    if not (first.echo and first.rank is not None and (scan.no_other_failures or spawn_alone)):
-        return None
-    if not (peer_gone(first.text) or _NAMES_ABSENT.search(first.text)):
-        return None  # a timeout: the peer may still be computing (MN3), not gone
-    if any(
-        e.rank != first.rank and (e.real or e.echo) and not is_launcher(e)
-        for e in events
-        if e.rank is not None
-    ):
-        return None  # the summary's lines about a worker torchrun stopped are not that worker's words
-    wait = scan.ranks.waits.get(first.rank)
-    if wait is not None and wait.collective == "barrier" and peer_gone(first.text):
-        # A barrier the others left without ever calling: a barrier only some ranks reach (a
-        # rank-0-only save or evaluation), not a loop that ran out of batches mid-step.
-        where = f" ({wait.where})" if wait.where else ""
-        reason = (
-            f"rank {first.rank} lost its peer inside a barrier{where} while no other rank failed:"
-            " the other ranks ended without ever calling it"
-        )
-        return Inferred(MISMATCH, PEER_LEFT_SCORE, (first,), reason, True)
-    return Inferred(
-        PEER_LEFT,
-        PEER_LEFT_SCORE,
-        (first,),
-        f"rank {first.rank} lost its peer inside a collective while no other rank failed:"
-        " the other ranks finished their loop (fewer batches) and left",
-        True,
-    )
 
 
 def _bare_abort(events: list[Event], first: Event, scan: Scan) -> Inferred | None:

@@ -30,7 +30,7 @@ from triage.core.logscan.blocks import RankReader
 from triage.core.logscan.flattened import split_flattened
 from triage.core.logscan.patterns import STRUCTURAL_ANCHORS, SignatureSet
 from triage.core.logscan.prefixes import clean, rank_from_path, rank_in_message, split_prefix
-from triage.core.logscan.structure import SIGTERM_EXIT, UMBRELLA, Found, Structure
+from triage.core.logscan.structure import OUTSIDE_SIGTERM, SIGTERM_EXIT, UMBRELLA, Found, Structure
 from triage.core.logscan.timestamps import timestamp
 from triage.core.redact import redact_text
 
@@ -92,7 +92,9 @@ class Event:
         if self.kind == "hit":
             return True
         if self.kind == "exit":
-            return self.exit_code not in (None, 0, SIGTERM_EXIT)
+            if self.exit_code == SIGTERM_EXIT:
+                return self.note == OUTSIDE_SIGTERM  # not the launcher's own teardown
+            return self.exit_code not in (None, 0)
         return True
 
 

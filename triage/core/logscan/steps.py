@@ -15,11 +15,25 @@ And every rank timed out inside the same collective, called from the same line: 
 or gone (a slow or dead rank is the one that is not waiting there), so the calls themselves do not
 pair up: another root or destination, another size, a different count of earlier calls (D19). A
 barrier takes no arguments, so ranks timing out together at one barrier are left to the timeout.
+
+And a rank that lost its peer mid-collective while every other worker ended well: the peer left
+after its last batch (D9), unless it reset the connection, leaving this rank's data unread: then
+it had completed the same call with a smaller size or count (D19).
 """
 
 from __future__ import annotations
 
-from triage.core.logscan.rules import Inferred
+import re
+
+from triage.core.logscan.rules import (
+    MISMATCH,
+    NAMES_ABSENT,
+    PEER_LEFT,
+    PEER_LEFT_SCORE,
+    Inferred,
+    is_launcher,
+    peer_gone,
+)
 from triage.core.logscan.scanner import Event, Scan
 
 HUNG = "MN3"  # a rank's stack inside a collective, and no failure anywhere: a hang in it
@@ -29,6 +43,8 @@ UNEVEN_SCORE = 1.2  # over the mismatch (D21, 1.1) and the size check's own sign
 DESYNC = "D19"  # the entry whose signatures name a collective mismatch
 SAME_CALL_SCORE = 1.1  # as the mismatch of two ranks' collectives (rules.MISMATCH_SCORE)
 _NO_ARGUMENTS = frozenset({"barrier", "backward"})
+# TCP answers a socket closed with data still unread in it by a reset, not by an end of stream.
+_RESET = re.compile(r"Connection reset by peer", re.IGNORECASE)
 
 
 def uneven_steps(events: list[Event], first: Event | None, scan: Scan) -> list[Inferred]:
@@ -106,3 +122,50 @@ def same_call_timeouts(events: list[Event], scan: Scan) -> list[Inferred]:
     )
     evidence = tuple(e for e in events if e.entry_id == HUNG and e.rank is not None)[:4]
     return [Inferred(DESYNC, SAME_CALL_SCORE, evidence, reason, True)]
+
+
+def peer_left(events: list[Event], first: Event, scan: Scan) -> Inferred | None:
+    """The only failure is one rank's wait that ended with its peer gone (`Connection closed by
+    peer`), and torchrun saw every other worker end well: the peer finished its loop and left
+    while this rank still had batches to run. A reset instead of a close says the peer left with
+    this rank's data unread: it had finished the same collective having read less than this rank
+    sent (another size or count), so the calls disagree, not the number of steps (D19)."""
+    # mp.spawn reporting this rank, with no other process left to stop: the others had ended, and
+    # well (a process that failed first would have been the one reported)
+    spawn_alone = scan.spawn_failed == first.rank and scan.spawn_stopped == 0
+    if not (first.echo and first.rank is not None and (scan.no_other_failures or spawn_alone)):
+        return None
+    if not (peer_gone(first.text) or NAMES_ABSENT.search(first.text)):
+        return None  # a timeout: the peer may still be computing (MN3), not gone
+    if any(
+        e.rank != first.rank and (e.real or e.echo) and not is_launcher(e)
+        for e in events
+        if e.rank is not None
+    ):
+        return None  # the summary's lines about a worker torchrun stopped are not that worker's words
+    wait = scan.ranks.waits.get(first.rank)
+    where = f" ({wait.where})" if wait is not None and wait.where else ""
+    if wait is not None and wait.collective == "barrier" and peer_gone(first.text):
+        # A barrier the others left without ever calling: a barrier only some ranks reach (a
+        # rank-0-only save or evaluation), not a loop that ran out of batches mid-step.
+        reason = (
+            f"rank {first.rank} lost its peer inside a barrier{where} while no other rank failed:"
+            " the other ranks ended without ever calling it"
+        )
+        return Inferred(MISMATCH, PEER_LEFT_SCORE, (first,), reason, True)
+    if _RESET.search(first.text):
+        collective = wait.collective if wait is not None else "a collective"
+        reason = (
+            f"rank {first.rank}'s connection was reset inside {collective}{where} while no other rank"
+            " failed: the peer completed the call and left with this rank's data unread, so the ranks'"
+            " calls disagree in size or count"
+        )
+        return Inferred(DESYNC, PEER_LEFT_SCORE, (first,), reason, True)
+    return Inferred(
+        PEER_LEFT,
+        PEER_LEFT_SCORE,
+        (first,),
+        f"rank {first.rank} lost its peer inside a collective while no other rank failed:"
+        " the other ranks finished their loop (fewer batches) and left",
+        True,
+    )

@@ -41,6 +41,12 @@ _NO_OTHER_FAILURES = "<NO_OTHER_FAILURES>"  # torchrun's summary: the root cause
 # itself after another failed; SIGABRT: a C++ abort (terminate).
 SIGTERM_EXIT = -int(signal.SIGTERM)
 SIGABRT_EXIT = -int(signal.SIGABRT)
+# The launcher's own SIGTERMs (`Sending process 953 closing signal SIGTERM`), and the worker pid of
+# an exit report (`failed (exitcode: -15) local_rank: 1 (pid: 954)`, the summary's `exitcode : -15
+# (pid: 954)`): a worker ended by SIGTERM that its launcher never sent was stopped from outside.
+_LAUNCHER_SIGTERM = re.compile(r"Sending process (?P<pid>\d+) closing signal SIGTERM")
+_EXIT_PID = re.compile(r"\(pid: (?P<pid>\d+)\)")
+OUTSIDE_SIGTERM = "SIGTERM the launcher did not send"
 _LEGACY_EXIT = re.compile(
     r"CalledProcessError: Command '.*--local_rank=(?P<rank>\d+).*' "
     r"(?:died with <Signals\.SIG\w+: (?P<signal>\d+)>|returned non-zero exit status (?P<code>\d+))"
@@ -115,6 +121,7 @@ class Structure:
         self._spawn_rank: dict[int, int] = {}  # source -> the process mp.spawn said failed
         self.gpus: dict[tuple[str, str], set[int]] = {}  # (host, NCCL busId) -> ranks that use it
         self._agent_reports: dict[tuple[int, str], tuple[int, str]] = {}  # (source, agent) -> (line, pid)
+        self._sigterm_sent: dict[int, set[str]] = {}  # source -> worker pids the launcher sent SIGTERM
         # (source, the launcher's first report, its next one after it started the workers again)
         self.restarted: tuple[int, int, int] | None = None
 
@@ -245,12 +252,15 @@ class Structure:
         if _SUMMARY_ROOT.search(body):
             self._summary_root[source] = True
             return True
+        sent = _LAUNCHER_SIGTERM.search(body)
+        if sent is not None:
+            self._sigterm_sent.setdefault(source, set()).add(sent["pid"])
         exit_line = _EXIT_LINE.search(body)
         if exit_line:
             self._restart(source, number, body)
-            self.emit(
-                source, number, Found("exit", int(exit_line["rank"]), short, exit_code=int(exit_line["code"]))
-            )
+            code = int(exit_line["code"])
+            note = self._outside(source, code, body)
+            self.emit(source, number, Found("exit", int(exit_line["rank"]), short, note=note, exit_code=code))
             return True
         summary_rank = _SUMMARY_RANK.match(body)
         if summary_rank:
@@ -263,8 +273,10 @@ class Structure:
         worker = self.summary_rank(source, number)
         if summary_exit and worker is not None and source not in self._summary_exited:
             self._summary_exited.add(source)
-            self._summary_exits[worker] = int(summary_exit["code"])
-            self.emit(source, number, Found("exit", worker, short, exit_code=int(summary_exit["code"])))
+            code = int(summary_exit["code"])
+            self._summary_exits[worker] = code
+            note = self._outside(source, code, body)
+            self.emit(source, number, Found("exit", worker, short, note=note, exit_code=code))
             return True
         legacy = _LEGACY_EXIT.search(body)
         if legacy:
@@ -282,9 +294,22 @@ class Structure:
         spawned = _SPAWN_EXIT.search(body)
         if spawned:
             status = _signal_exit(spawned["signal"]) if spawned["signal"] else int(spawned["code"])
-            self.emit(source, number, Found("exit", int(spawned["rank"]), short[-200:], exit_code=status))
+            # mp.spawn reports only the process that died first, never one it stopped itself
+            note = OUTSIDE_SIGTERM if status == SIGTERM_EXIT else ""
+            self.emit(
+                source, number, Found("exit", int(spawned["rank"]), short[-200:], note=note, exit_code=status)
+            )
             return True
         return False
+
+    def _outside(self, source: int, code: int, body: str) -> str:
+        """OUTSIDE_SIGTERM for a worker that died of SIGTERM while this launcher, which has been seen
+        stopping workers, never sent it one (a person, a scheduler or a cleanup job did)."""
+        sent = self._sigterm_sent.get(source)
+        pid = _EXIT_PID.search(body)
+        if code != SIGTERM_EXIT or not sent or pid is None or pid["pid"] in sent:
+            return ""
+        return OUTSIDE_SIGTERM
 
     def _restart(self, source: int, number: int, body: str) -> None:
         """A launcher's second report of a failed worker, about another worker process: the first

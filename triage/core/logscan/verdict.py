@@ -284,7 +284,7 @@ def _rank_roles(events: list[Event], first: Event | None) -> tuple[list[int], li
     for event in events:
         if event.rank is None:
             continue
-        if event.kind == "exit" and (event.exit_code == SIGTERM_EXIT or event.echo):
+        if event.kind == "exit" and ((event.exit_code == SIGTERM_EXIT and not event.real) or event.echo):
             stopped.add(event.rank)
             own.setdefault(event.rank, False)
             continue
