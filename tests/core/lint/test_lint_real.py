@@ -80,11 +80,6 @@ KNOWN_MISSES = {
     "fix_funasr_d410a56_no_sync_wrong_microbatch.py",
     # os.makedirs(exist_ok=True) on every rank (as fairseq above).
     "fix_reasoning360_76d2ed2_makedirs_every_rank.py",
-    # Session 9b's unseen batch (misses before any change). `no_sync` around the backward only, in
-    # a method of a task class whose forward runs in another method.
-    "fix_classyvision_14d6c3b_no_sync_backward_only.py",
-    # A library checkpointer's `os.makedirs(ckpt_dir)`: a module with no process-group set-up.
-    "fix_speechbrain_2fb247f_ckpt_dir_every_rank.py",
 }
 TEST_SPLIT_MISSES_AT_MOST = 8
 
