@@ -81,7 +81,7 @@ KNOWN_MISSES = {
     # os.makedirs(exist_ok=True) on every rank (as fairseq above).
     "fix_reasoning360_76d2ed2_makedirs_every_rank.py",
 }
-TEST_SPLIT_MISSES_AT_MOST = 5
+TEST_SPLIT_MISSES_AT_MOST = 8
 
 
 def test_the_bugs_github_threads_established_are_found() -> None:

@@ -73,6 +73,7 @@ MAIN_NAMES = frozenset(
         "is_local_main",
         "is_root_process",
         "is_first_worker",
+        "if_main_process",  # speechbrain's test beside its `main_process_only` decorator
     }
 )
 MAIN_DECORATORS = frozenset(

@@ -4,7 +4,9 @@ A module with no entry point of its own (no `__main__` block, no work at module 
 its functions run when other files call them, on ranks this file cannot see. What such a file does
 say is limited to the functions tied to its own process-group set-up (the function that calls
 `init_process_group`, as a snippet's `def main():` does, the functions that call it, and what those
-call) and the functions that read the rank themselves (`def train(..., rank):`).
+call), the functions that read the rank themselves (`def train(..., rank):`), and the methods of
+a class that gates some of its own methods to the main process (`@main_process_only`): such a class
+is run by every rank, so its other methods are too.
 A `utils.py` that holds `init_distributed_mode()` beside a `TensorboardLogger` class says nothing
 about the logger, which `main.py` creates under `if rank == 0:`.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import ast
 
 from triage.core.lint.context import Context
+from triage.core.lint.rank_terms import MAIN_DECORATORS
 from triage.core.lint.script import FunctionNode, dotted
 
 LAUNCHES = frozenset(
@@ -46,7 +49,7 @@ def anchored(ctx: Context, node: ast.AST) -> bool:
     outer = _owners(ctx, node)
     if outer and outer[0] in callbacks(ctx):
         return False
-    return has_entry(ctx) or reached(ctx, node) or _reads_rank(ctx, node)
+    return has_entry(ctx) or reached(ctx, node) or _reads_rank(ctx, node) or _in_gated_class(ctx, node)
 
 
 def reached(ctx: Context, node: ast.AST) -> bool:
@@ -77,6 +80,27 @@ def _reads_rank(ctx: Context, node: ast.AST) -> bool:
             ctx.script.cache[key] = cached
         if cached:
             return True
+    return False
+
+
+def _in_gated_class(ctx: Context, node: ast.AST) -> bool:
+    """Whether `node` is in a method of a class another method of which is decorated to run on the
+    main process only (speechbrain's `Checkpointer._delete_checkpoint` under `@main_process_only`
+    beside `save_checkpoint`): the class is built on every rank, and its ungated methods run there."""
+    for scope in ctx.script.ancestors(node):
+        if not isinstance(scope, ast.ClassDef):
+            continue
+        key = f"reach.gated_class.{id(scope)}"
+        cached = ctx.script.cache.get(key)
+        if not isinstance(cached, bool):
+            cached = any(
+                dotted(d.func if isinstance(d, ast.Call) else d).rsplit(".", 1)[-1] in MAIN_DECORATORS
+                for item in scope.body
+                if isinstance(item, FunctionNode)
+                for d in item.decorator_list
+            )
+            ctx.script.cache[key] = cached
+        return cached
     return False
 
 

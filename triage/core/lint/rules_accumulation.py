@@ -131,13 +131,32 @@ def _no_sync_blocks(ctx: Context) -> Iterator[tuple[ast.With, ast.expr]]:
     for node in [*ctx.script.of_type(ast.With), *ctx.script.of_type(ast.AsyncWith)]:
         if isinstance(node, ast.With | ast.AsyncWith):
             for item in node.items:
-                expr = item.context_expr
-                if (
-                    isinstance(expr, ast.Call)
-                    and isinstance(expr.func, ast.Attribute)
-                    and expr.func.attr == "no_sync"
-                ):
-                    yield node, expr.func.value  # type: ignore[misc]
+                model = _no_sync_model(ctx, node, item.context_expr)
+                if model is not None:
+                    yield node, model  # type: ignore[misc]
+
+
+def _no_sync_model(ctx: Context, block: ast.AST, expr: ast.expr) -> ast.expr | None:
+    """The model whose `no_sync` this `with` item enters: `model.no_sync()`, or a manager chosen
+    before it in the same function (`ctx = model.no_sync() if not last else nullcontext()` then
+    `with ctx:`, or `ctx = model.no_sync if ... else nullcontext` then `with ctx():`)."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "no_sync":
+        return expr.func.value
+    name = expr.func if isinstance(expr, ast.Call) else expr
+    if not isinstance(name, ast.Name):
+        return None
+    scope = ctx.script.scope_of(block)
+    for assign in ast.walk(scope):
+        if not (
+            isinstance(assign, ast.Assign)
+            and ctx.script.scope_of(assign) is scope
+            and any(isinstance(t, ast.Name) and t.id == name.id for t in assign.targets)
+        ):
+            continue
+        for inner in ast.walk(assign.value):
+            if isinstance(inner, ast.Attribute) and inner.attr == "no_sync":
+                return inner.value
+    return None
 
 
 def _calls_in(ctx: Context, block: ast.AST) -> list[Call]:
@@ -146,19 +165,21 @@ def _calls_in(ctx: Context, block: ast.AST) -> list[Call]:
 
 
 def _check_no_sync_blocks(ctx: Context) -> Iterator[Finding]:
+    reported: set[int] = set()  # one finding per block, however many models it holds in no_sync
     for block, model in _no_sync_blocks(ctx):
+        if id(block) in reported:
+            continue
         calls = _calls_in(ctx, block)
         backwards = [c for c in calls if is_backward(c)]
         if not backwards:
             continue
-        steps = [
-            c
-            for c in calls
-            if is_optimizer_step(c)
-            and (c.node.lineno, c.node.col_offset) > (backwards[0].node.lineno, backwards[0].node.col_offset)
-        ]
+        after = (backwards[0].node.lineno, backwards[0].node.col_offset)
+        steps = [c for c in calls if is_optimizer_step(c) and (c.node.lineno, c.node.col_offset) > after]
+        if any(c.tail == "all_reduce" and (c.node.lineno, c.node.col_offset) > after for c in calls):
+            steps = []  # the gradients are all-reduced by hand before the step (fairscale's tests)
         model_text = dotted(model)
         if steps:
+            reported.add(id(block))
             yield ctx.finding(
                 TRG053,
                 steps[0].node,
@@ -171,7 +192,11 @@ def _check_no_sync_blocks(ctx: Context) -> Iterator[Finding]:
             for n in ast.walk(stmt)
             if isinstance(n, ast.Name | ast.Attribute) and dotted(n) == model_text
         ]
-        if model_text and not uses:
+        # A function of this file called in the block may run the forward without naming the model
+        # (OLMo's `self.train_micro_batch(micro_batch)`, parler-tts' `train_step(batch, ...)`).
+        helpers = [c for c in calls if ctx.script.local_function(c.node) is not None]
+        if model_text and not uses and not helpers:
+            reported.add(id(block))
             yield ctx.finding(
                 TRG054,
                 block,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from triage.core import launchers
-from triage.core.lint.rank_terms import MAIN_NAMES
+from triage.core.lint.rank_terms import MAIN_DECORATORS, MAIN_NAMES
 from triage.core.lint.snippets import implicit_imports
 from triage.core.lint.source import parse
 
@@ -58,10 +58,13 @@ _SINGLE_PROCESS_IMPORTS = (
 
 def _project_setup_helper(target: str) -> bool:
     """`from src.post_training.distributed import ddp_setup, ddp_wrap`: the project's own helpers
-    that start or wrap the distributed run say the script runs as several processes."""
+    that start or wrap the distributed run say the script runs as several processes, and so does
+    its decorator that keeps a function to the main process (speechbrain's `main_process_only`)."""
     *module, name = target.lower().split(".")
     if not module or module[0] in ("torch", "accelerate", "deepspeed", "lightning", "pytorch_lightning"):
         return False
+    if name in MAIN_DECORATORS:
+        return True
     words = name.split("_")
     return "ddp" in words or name.startswith(("init_dist", "setup_dist", "dist_init", "init_distributed"))
 
