@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from triage.core.logscan.blocks import code_above
 from triage.core.logscan.rules import is_launcher
 from triage.core.logscan.scanner import OWN_ERROR_KINDS, Event, Scan
+from triage.core.logscan.unfinished import unfinished_frames
 
 if TYPE_CHECKING:
     from triage.core.matcher import Hit
@@ -52,7 +53,8 @@ DOMAIN = re.compile(
 def fallback_text(scan: Scan, events: list[Event]) -> str:
     """What the query engine reads when no signature fires: the errors the ranks printed (not the
     launcher's reports, not echoes), each exception with the line of code its traceback quotes
-    above it, or the start of the log when the scan found none."""
+    above it, or when the scan found none the deepest frames of a traceback the paste cut off (see
+    unfinished.py), else the start of the log."""
     parts: list[str] = []
     seen: set[str] = set()
     for event in events:
@@ -65,7 +67,9 @@ def fallback_text(scan: Scan, events: list[Event]) -> str:
                 parts.append(code)
             parts.append(event.text)
     if not parts:
-        parts = [head for head in scan.heads if head.strip()]
+        # a traceback cut off before its error: its deepest frames, not the banners around it
+        cut = [frames for head in scan.heads if (frames := unfinished_frames(head))]
+        parts = cut + [head for head in scan.heads if head.strip()]
     return "\n".join(parts)[:FALLBACK_CHARS]
 
 
