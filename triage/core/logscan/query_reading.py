@@ -22,6 +22,7 @@ from triage.core.logscan.unfinished import unfinished_frames
 
 if TYPE_CHECKING:
     from triage.core.matcher import Hit
+    from triage.core.model import KnowledgeBase
 
 FALLBACK_CHARS = 6000  # text handed to the query engine when no signature fires
 # The query engine's threshold is fitted on users' descriptions, where content-free text must get
@@ -45,7 +46,11 @@ OWN_ERROR_LEAD = 0.8
 DOMAIN = re.compile(
     r"\b(torch\w*|c10d?|nccl\w*|gloo|cuda\w*|cudnn|gpus?|deepspeed|accelerate|horovod|hvd|megatron"
     r"|nemo|lightning|pytorch_lightning|transformers|fsdp|ddp|torchrun|mpirun|srun|slurm|nvidia\S*"
-    r"|multiprocessing|local_rank|world_size|master_addr|master_port|rank\d*|net/(socket|ib|plugin)|apex|xla|tensorflow)\b",
+    r"|multiprocessing|local_rank|world_size|master_addr|master_port|rank\d*|net/(socket|ib|plugin)|apex|xla|tensorflow"
+    # Open MPI's and MPICH's runtimes (mpirun's daemons), the model libraries built on torch, and
+    # torch's C++ symbols as a linker prints them (`_ZN3c104cuda9SetDeviceEi`)
+    r"|orte|ompi|orted|open ?mpi|pmix|mpich|hydra|flash_attn\w*|xformers|triton|bitsandbytes|vllm|sglang"
+    r"|colossalai|peft|_ZN\w*c10\w*)\b",
     re.IGNORECASE,
 )
 
@@ -80,9 +85,16 @@ def clear_lead(hits: Sequence[Hit], floor: float) -> bool:
     return len(hits) < 2 or hits[1].score <= OWN_ERROR_LEAD * hits[0].score
 
 
-def in_domain(text: str, scan: Scan) -> bool:
+def in_domain(text: str, scan: Scan, kb: KnowledgeBase | None = None) -> bool:
     """Whether the text, or the start of a source, says it comes from the stack triage knows."""
-    return DOMAIN.search(text) is not None or any(DOMAIN.search(head) for head in scan.heads)
+    if DOMAIN.search(text) is not None or any(DOMAIN.search(head) for head in scan.heads):
+        return True
+    if kb is None:
+        return False
+    from triage.core.matcher import index_for
+
+    index = index_for(kb)
+    return index.in_domain(text.lower()) or any(index.in_domain(head.lower()) for head in scan.heads)
 
 
 def own_text(scan: Scan, events: list[Event], first: Event) -> str:
