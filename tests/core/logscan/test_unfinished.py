@@ -1,7 +1,8 @@
 """A traceback the paste cuts off before its error line: the deepest frames are what gets read.
 
 The pastes are real: OpenRLHF/OpenRLHF#584 (a DeepSpeed config check, cut before its error) and
-pytorch/torchtitan#3065 (a checkpoint save, cut the same way, Python 3.13's caret lines included).
+pytorch/torchtitan#3065 (a checkpoint save, cut the same way, Python 3.13's caret lines included),
+pytorch/translate#287 (mp.spawn's bare `Exception:` line: a finished traceback).
 """
 
 from __future__ import annotations
@@ -62,6 +63,24 @@ def test_a_traceback_that_ends_in_its_error_is_not_cut() -> None:
     finished = DEEPSPEED_CONFIG + "[rank4]: AssertionError: Check batch related parameters.\n"
     assert unfinished_frames(finished) is None
     assert unfinished_frames("[rank0]: step 3000 loss 3.6\n") is None
+
+
+SPAWN_SIGSEGV = """\
+Traceback (most recent call last):
+  File "language_technology/neural_mt/os/pytorch_translate/train.py", line 724, in main
+    while not spawn_context.join(timeout=30):
+  File "torch/multiprocessing/spawn.py", line 103, in join
+    (error_index, name)
+Exception: process 1 terminated with signal SIGSEGV
+"""
+
+
+def test_an_error_line_of_any_name_finishes_the_traceback() -> None:
+    """`Exception:` has no Error/Exception suffix to a longer name, and it follows the last code."""
+    assert unfinished_frames(SPAWN_SIGSEGV) is None
+    cut = SPAWN_SIGSEGV.rsplit("Exception:", 1)[0]
+    frames = unfinished_frames(cut)
+    assert frames is not None and frames.endswith("spawn join (error_index, name)")
 
 
 def test_the_fallback_reads_the_cut_frames(kb: KnowledgeBase) -> None:

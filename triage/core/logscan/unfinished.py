@@ -12,37 +12,42 @@ from __future__ import annotations
 
 import re
 
-from triage.core.logscan.heads import EXCEPTION_NAME
 from triage.core.logscan.prefixes import split_prefix
 
 DEEPEST_FRAMES = 4  # the frames nearest the failure; the outer ones are the script's main() chain
 _START = re.compile(r"Traceback \(most recent call last\):")
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line \d+,? in (?P<func>[\w<>.]+)')
-_ERROR = re.compile(rf"^\s*{EXCEPTION_NAME}(:|\s*$)")
 _MARKERS = frozenset("^~ ")  # Python 3.11+ puts carets under the failing expression
+# an exception's line: its (dotted) class name, then its message or nothing (`Exception: process 1
+# terminated with signal SIGSEGV`, a bare `KeyboardInterrupt`); never the code a frame quotes
+_ERROR = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(:\s.*|:)?$")
 
 
 def unfinished_frames(head: str) -> str | None:
-    """The deepest frames of the last traceback in `head` when no error line follows them (each
-    frame as its module, function and quoted code); None when the traceback ends in an error or
-    there is none."""
-    lines = [split_prefix(line).body for line in head.splitlines()]
+    """The deepest frames of the last traceback in `head` when the paste ends inside them (each
+    frame as its module, function and quoted code); None when anything follows the last frame's
+    code (its error line, whatever the exception's name) or there is no traceback."""
+    lines = [split_prefix(line).body.strip() for line in head.splitlines()]
     start = max((i for i, line in enumerate(lines) if _START.search(line)), default=None)
     if start is None:
         return None
-    frames: list[str] = []
-    for index in range(start + 1, len(lines)):
-        line = lines[index]
-        if _ERROR.match(line):
-            return None
+    frames: list[list[str]] = []
+    code_due = False  # the line after a frame is the code it quotes
+    for line in lines[start + 1 :]:
         frame = _FRAME.search(line)
-        if frame is None:
+        if frame is not None:
+            module = re.sub(r"\.py$", "", frame["file"].replace("\\", "/")).split("/")[-2:]
+            frames.append([*module, frame["func"]])
+            code_due = True
+        elif not line or set(line) <= _MARKERS:
             continue
-        code = lines[index + 1].strip() if index + 1 < len(lines) else ""
-        if _FRAME.search(code) or set(code) <= _MARKERS:
-            code = ""
-        module = re.sub(r"\.py$", "", frame["file"].replace("\\", "/")).split("/")[-2:]
-        frames.append(" ".join([*module, frame["func"], code]).strip())
+        elif _ERROR.match(line):
+            return None
+        elif code_due and frames:
+            frames[-1].append(line)
+            code_due = False
+        elif frames:
+            return None  # the traceback went on past its frames: to its error line
     if not frames:
         return None
-    return "\n".join(frames[-DEEPEST_FRAMES:])
+    return "\n".join(" ".join(frame) for frame in frames[-DEEPEST_FRAMES:])
