@@ -2,6 +2,7 @@
 
     python bench/bench_log_loo.py              # leave-one-part-out figures for the train logs
     python bench/bench_log_loo.py --show-misses  # the train items that only their own part's signatures get right
+    python bench/bench_log_loo.py --fold-reports # the fallback's index also without the item's own fold
 
 A signature is *written from* a part when every one of its `examples:` lines is a line of that
 part's train logs (whitespace and case aside): no other part and no reproduction's output needed
@@ -9,6 +10,11 @@ it. Each part's train logs are then scored by a knowledge base without the signa
 that part, as the engine meets an unseen log. The gap between the plain and the left-out figures is
 how much the train score rests on signatures tied to the items they came from; a mechanism that
 generalises narrows it. Train items only: the test split is never read here.
+
+When no signature fires, the log engine asks the query engine, whose shipped index holds the train
+queries as reports, the item's own thread's among them. With --fold-reports each item is scored
+by the index of its cross-validation fold (bench/crossval.py, as bench_eval scores `ask`), so a
+fallback answer cannot come from the item's own thread either.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench_eval import LogEngine, Outcome, figures, part_of  # noqa: E402
-from corpus import load  # noqa: E402
+from corpus import load, load_all  # noqa: E402
+from crossval import fold_kbs, fold_of  # noqa: E402
 
 from triage.core.model import KnowledgeBase  # noqa: E402
 
@@ -66,10 +73,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--show-misses", action="store_true", help="list the items only their own part gets right"
     )
+    parser.add_argument(
+        "--fold-reports",
+        action="store_true",
+        help="score each item by its cross-validation fold's index (no reports of its own thread)",
+    )
     args = parser.parse_args(argv)
     from triage.kb.loader import load_kb
 
     kb = load_kb()
+    folds: list[KnowledgeBase] = []
+    if args.fold_reports:
+        folds = fold_kbs(kb, [i for kind in load_all().values() for i in kind if i.split == "train"])
     logs = [i for i in load("logs") if i.split == "train"]
     parts = sorted({part_of(i) for i in logs})
     plain_engine = LogEngine(kb)
@@ -79,9 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for part in parts:
         items = [i for i in logs if part_of(i) == part]
         dropped = written_from(kb, [i.text for i in items])
-        engine = LogEngine(without(kb, dropped))
+        engines = [LogEngine(without(fold, dropped)) for fold in folds] or [LogEngine(without(kb, dropped))]
         mine = [plain_engine.outcome(i) for i in items]
-        theirs = [engine.outcome(i) for i in items]
+        theirs = [engines[fold_of(i) if folds else 0].outcome(i) for i in items]
         plain += mine
         left_out += theirs
         print(

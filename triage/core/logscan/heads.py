@@ -81,6 +81,9 @@ def from_heads(heads: list[str], quiet: bool = False) -> list[Inferred]:
         from triage.core.logscan.progress import uneven_totals  # progress.py builds on Inferred too
 
         found.extend(uneven_totals(heads))
+    from triage.core.logscan.nccl_coll import diverged_collectives  # builds on Inferred too
+
+    found.extend(diverged_collectives(heads))
     if quiet and not found:
         found.extend(_missing_members(heads))
     return found

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING
 from triage.core.logscan.blocks import code_above
 from triage.core.logscan.rules import is_launcher
 from triage.core.logscan.scanner import OWN_ERROR_KINDS, Event, Scan
+from triage.core.logscan.unfinished import unfinished_frames
 
 if TYPE_CHECKING:
     from triage.core.matcher import Hit
+    from triage.core.model import KnowledgeBase
 
 FALLBACK_CHARS = 6000  # text handed to the query engine when no signature fires
 # The query engine's threshold is fitted on users' descriptions, where content-free text must get
@@ -44,7 +46,11 @@ OWN_ERROR_LEAD = 0.8
 DOMAIN = re.compile(
     r"\b(torch\w*|c10d?|nccl\w*|gloo|cuda\w*|cudnn|gpus?|deepspeed|accelerate|horovod|hvd|megatron"
     r"|nemo|lightning|pytorch_lightning|transformers|fsdp|ddp|torchrun|mpirun|srun|slurm|nvidia\S*"
-    r"|multiprocessing|local_rank|world_size|master_addr|master_port|rank\d*|net/(socket|ib|plugin)|apex|xla|tensorflow)\b",
+    r"|multiprocessing|local_rank|world_size|master_addr|master_port|rank\d*|net/(socket|ib|plugin)|apex|xla|tensorflow"
+    # Open MPI's and MPICH's runtimes (mpirun's daemons), the model libraries built on torch, and
+    # torch's C++ symbols as a linker prints them (`_ZN3c104cuda9SetDeviceEi`)
+    r"|orte|ompi|orted|open ?mpi|pmix|mpich|hydra|flash_attn\w*|xformers|triton|bitsandbytes|vllm|sglang"
+    r"|colossalai|peft|_ZN\w*c10\w*)\b",
     re.IGNORECASE,
 )
 
@@ -52,7 +58,8 @@ DOMAIN = re.compile(
 def fallback_text(scan: Scan, events: list[Event]) -> str:
     """What the query engine reads when no signature fires: the errors the ranks printed (not the
     launcher's reports, not echoes), each exception with the line of code its traceback quotes
-    above it, or the start of the log when the scan found none."""
+    above it, or when the scan found none the deepest frames of a traceback the paste cut off (see
+    unfinished.py), else the start of the log."""
     parts: list[str] = []
     seen: set[str] = set()
     for event in events:
@@ -65,7 +72,9 @@ def fallback_text(scan: Scan, events: list[Event]) -> str:
                 parts.append(code)
             parts.append(event.text)
     if not parts:
-        parts = [head for head in scan.heads if head.strip()]
+        # a traceback cut off before its error: its deepest frames, not the banners around it
+        cut = [frames for head in scan.heads if (frames := unfinished_frames(head))]
+        parts = cut + [head for head in scan.heads if head.strip()]
     return "\n".join(parts)[:FALLBACK_CHARS]
 
 
@@ -76,9 +85,16 @@ def clear_lead(hits: Sequence[Hit], floor: float) -> bool:
     return len(hits) < 2 or hits[1].score <= OWN_ERROR_LEAD * hits[0].score
 
 
-def in_domain(text: str, scan: Scan) -> bool:
+def in_domain(text: str, scan: Scan, kb: KnowledgeBase | None = None) -> bool:
     """Whether the text, or the start of a source, says it comes from the stack triage knows."""
-    return DOMAIN.search(text) is not None or any(DOMAIN.search(head) for head in scan.heads)
+    if DOMAIN.search(text) is not None or any(DOMAIN.search(head) for head in scan.heads):
+        return True
+    if kb is None:
+        return False
+    from triage.core.matcher import index_for
+
+    index = index_for(kb)
+    return index.in_domain(text.lower()) or any(index.in_domain(head.lower()) for head in scan.heads)
 
 
 def own_text(scan: Scan, events: list[Event], first: Event) -> str:

@@ -125,7 +125,7 @@ def consequences(
     result = []
     for event in events:
         rank = event.rank
-        if event.kind == "hit" and event.role == "umbrella" and rank not in named_cause:
+        if event.kind == "hit" and event.role == "umbrella" and not _cause_named(rank, named_cause):
             event = dataclasses.replace(event, role="")  # no detail anywhere: the umbrella is the cause
         if event.echo and not is_launcher(event):
             waited.add(rank)
@@ -135,6 +135,12 @@ def consequences(
             failed.add(rank)
         result.append(event)
     return result
+
+
+def _cause_named(rank: int | None, named_cause: set[int | None]) -> bool:
+    """Whether a line names the cause of an umbrella on `rank`; a line with no rank prefix (one
+    process's paste) may be any rank's own, so it pairs with either side."""
+    return rank in named_cause or (bool(named_cause) and (rank is None or None in named_cause))
 
 
 def unresolved_targets(events: list[Event]) -> list[Event]:

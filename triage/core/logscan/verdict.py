@@ -188,7 +188,7 @@ def _own_reading(
 
     text = own_text(scan, events, first)
     match = matcher.rank(kb, text, top=3)
-    if not in_domain(text, scan) or not clear_lead(match.hits, LOG_THRESHOLD):
+    if not in_domain(text, scan, kb) or not clear_lead(match.hits, LOG_THRESHOLD):
         return diagnoses
     best = match.hits[0]
     reading = Diagnosis(
@@ -416,7 +416,7 @@ def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeB
     # the log's own threshold (query_reading.LOG_THRESHOLD) where the engine's, fitted on
     # descriptions, would not answer
     weak = match.verdict == "no_match" and match.best is not None and match.best.score >= LOG_THRESHOLD
-    if not in_domain(text, scan) or match.best is None or (match.verdict == "no_match" and not weak):
+    if not in_domain(text, scan, kb) or match.best is None or (match.verdict == "no_match" and not weak):
         verdict.closest = _closest(verdict, [(hit.entry.id, hit.score) for hit in match.hits])
         return
     evidence = tuple(e for e in events if e.kind in OWN_ERROR_KINDS)[:MAX_EVIDENCE]
