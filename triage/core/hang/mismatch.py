@@ -29,8 +29,10 @@ from triage.core.hang.paths import (
     left_by_jump,
     left_early,
     past_loop,
+    raised_through,
     retried,
     returned_early,
+    skipped_iteration,
 )
 
 T = TypeVar("T")
@@ -170,6 +172,26 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
         )
         verdict = f"{rank_label(odd.ranks)} is in a collective that only some ranks reach (`if {test}:`)"
         return [Diagnosis("D21", evidence), Diagnosis("D19", (described,))], _fewer(odd, groups), verdict
+    thrown = _first_pair(groups, raised_through)
+    if thrown:
+        early, busy, (start, final, only_raised) = thrown
+        evidence = (
+            f"{_waits_at(early)}, in the `finally` (line {final}) of the `try` at line {start} whose body "
+            f"{rank_label(busy.ranks)} {'is' if len(busy.ranks) == 1 else 'are'} still in "
+            f"({busy.state.describe()}): {rank_label(early.ranks)} left that body first, "
+            + (
+                "by an exception (the loops in it run as many times on every rank)"
+                if only_raised
+                else "by an exception or by running out of data"
+            )
+            + "; an exception's traceback is printed only once the `finally` ends, so it never is",
+            described,
+        )
+        verdict = (
+            f"{rank_label(early.ranks)} left a `try` early (most likely it raised) and waits in its `finally`"
+        )
+        entries = ["D20", "D9"] if only_raised else ["D9", "D20"]
+        return [Diagnosis(e, evidence) for e in entries], ints(early.ranks), verdict
     for early in groups:
         for busy in groups:
             if early is not busy and (
@@ -180,6 +202,20 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                     f"{early.state.user_frame.where() if early.state.user_frame else '?'}, while "
                     f"{rank_label(busy.ranks)} is still inside it ({busy.state.describe()})",
                 )
+                skip = skipped_iteration(early.state, busy.state)
+                if skip and (skip[3] or not left_by_jump(early.state, busy.state)):
+                    line, test, header, non_finite = skip
+                    evidence = (
+                        f"{evidence[0]}; the `continue` at line {line} under `if {test}:` skipped the rest "
+                        f"of an iteration of `{header}` on {rank_label(early.ranks)}, its collectives "
+                        "with it, so it ran ahead of the others"
+                        + (": its values went NaN or inf" if non_finite else ": a decision of its own"),
+                    )
+                    verdict = (
+                        f"{rank_label(early.ranks)} skipped a step (`if {test}: continue`) the others took"
+                    )
+                    entries = ["D20", "D19"] if non_finite else ["D19", "D9"]
+                    return [Diagnosis(e, evidence) for e in entries], ints(early.ranks), verdict
                 jump = left_by_jump(early.state, busy.state)
                 if jump:
                     left = (
@@ -198,11 +234,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                     )
                     return [Diagnosis("D19", evidence), Diagnosis("D9", evidence)], ints(early.ranks), verdict
                 verdict = f"{rank_label(early.ranks)} ran out of batches before the others"
-                return (
-                    [Diagnosis("D9", evidence), Diagnosis("D22", evidence)],
-                    ints(early.ranks),
-                    verdict,
-                )
+                return [Diagnosis("D9", evidence), Diagnosis("D22", evidence)], _fewer(early, groups), verdict
     returned = _first_pair(groups, returned_early)
     if returned:
         early, busy, exit_ = returned

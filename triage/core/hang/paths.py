@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from triage.core.hang.classify import RankState
+from triage.core.hang.source_context import RANK_TEST
 from triage.core.hang.stacks import Frame, LineContext
 
 
@@ -26,9 +27,14 @@ _DATA_LOOP = re.compile(
 )
 
 
+# `for i in range(rank, len(xs), world)`: a hand-strided shard of the data, whatever its names.
+_STRIDED = re.compile(r"^for .+ in range\((?P<start>[^,]+),[^,]+,[^,]+\)$")
+
+
 def data_header(header: str) -> bool:
     """Whether a loop's header (`for batch in loader`) runs over the data."""
-    return bool(_DATA_LOOP.search(header))
+    strided = _STRIDED.match(header)
+    return bool(_DATA_LOOP.search(header) or (strided and RANK_TEST.search(strided.group("start"))))
 
 
 def _over_data(ctx: LineContext, loop: tuple[int, int]) -> bool:
@@ -96,6 +102,42 @@ def left_by_jump(early: RankState, busy: RankState) -> tuple[int, str, str] | No
             if jump:
                 return (*jump, header)
     return None
+
+
+# A test for a loss or gradient gone NaN / inf (`if not torch.isfinite(loss)`, `if math.isnan(x)`).
+_NON_FINITE = re.compile(r"isfinite|isnan|isinf|\bnan\b|\binf\b|overflow", re.IGNORECASE)
+
+
+def skipped_iteration(early: RankState, busy: RankState) -> tuple[int, str, str, bool] | None:
+    """A guarded `continue` in a loop `busy` is still in and `early` is out of, that made `early`
+    skip that iteration's collectives and run ahead: in a counting loop (as many iterations on
+    every rank) any such `continue`; in a loop over the data only one testing for a value gone
+    NaN or inf (running out of data reads the same otherwise). As (its line, its test, the
+    loop's header, whether the test is for a non-finite value)."""
+    for first, last, header, ctx in _busy_loops(early, busy):
+        if ctx.loop != (first, last):
+            continue
+        for line, test in ctx.skips:
+            non_finite = bool(_NON_FINITE.search(test))
+            if non_finite or _counted(header):
+                return line, test, header, non_finite
+    return None
+
+
+def raised_through(early: RankState, busy: RankState) -> tuple[int, int, bool] | None:
+    """`early` waits in the `finally` of a `try` whose body `busy` is still in (where the two
+    paths part): it left that body before the others, by an exception the `finally` holds back
+    until its collective returns, or by running out of data. As (the `try` line, the `finally`
+    line, whether no loop `busy` is in runs over the data: then only the exception is left)."""
+    parted = parting(early, busy)
+    if parted is None:
+        return None
+    e_line, e_ctx, b_line, _, _ = parted
+    final = e_ctx.final
+    if final is None or not final[0] < b_line <= final[2] or e_line < final[1]:
+        return None
+    loops = _busy_loops(early, busy)
+    return final[0], final[1], all(_counted(h) or not data_header(h) for _, _, h, _ in loops)
 
 
 def past_loop(early: RankState, busy: RankState) -> bool:

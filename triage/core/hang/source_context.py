@@ -74,6 +74,37 @@ def _jumps(loop: ast.AST) -> tuple[tuple[int, str], ...]:
     return tuple(sorted(found))
 
 
+def _skips(loop: ast.AST, source: str) -> tuple[tuple[int, str], ...]:
+    """The `continue`s of `loop` (not of a loop or function inside it) under an `if`, as (line,
+    the innermost `if` test above it)."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, test: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (*_FUNCTIONS, *_LOOPS)):
+                continue
+            if isinstance(child, ast.Continue) and test is not None:
+                found.append((child.lineno, test))
+            visit(
+                child,
+                (ast.get_source_segment(source, child.test) or "") if isinstance(child, ast.If) else test,
+            )
+
+    visit(loop, None)
+    return tuple(sorted(found))
+
+
+def _final(chain: list[ast.AST], line: int) -> tuple[int, int, int] | None:
+    """The innermost `try` of the line's own function whose `finally` holds `line`, as (try line,
+    the `finally` body's first line, the try body's last line)."""
+    for node in reversed(chain):
+        if isinstance(node, _FUNCTIONS):
+            return None
+        if isinstance(node, ast.Try) and node.finalbody and any(_contains(s, line) for s in node.finalbody):
+            return node.lineno, node.finalbody[0].lineno, _span(node.body[-1])[1]
+    return None
+
+
 def _swallowed(chain: list[ast.AST], line: int) -> tuple[int, int, int] | None:
     """The innermost `try` of this function whose body holds `line` and one of whose handlers
     does not raise again, as (try line, handler line, last line of the statement)."""
@@ -188,4 +219,6 @@ def line_context(source: str, line: int) -> LineContext:
         blocks=_blocks(chain, source),
         handler=_handler(chain, source),
         returns=tuple((line, test) for line, test, node in exits if isinstance(node, ast.Return)),
+        skips=_skips(loop_node, source) if loop_node is not None else (),
+        final=_final(chain, line),
     )

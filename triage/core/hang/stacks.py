@@ -47,6 +47,12 @@ class LineContext:
     # The innermost `except` clause of the line's own function that holds the line, as (line,
     # "except RuntimeError"): only a rank that raised in its `try` runs it.
     handler: tuple[int, str] | None = None
+    # The guarded `continue`s of the innermost loop, as (line, the innermost `if` test above it):
+    # a rank whose test held skipped the rest of that iteration (its collectives among them).
+    skips: tuple[tuple[int, str], ...] = ()
+    # The innermost `try` of the line's own function whose `finally` holds the line, as (try line,
+    # the `finally` body's first line, the try body's last line): a rank there left that body.
+    final: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)
