@@ -23,8 +23,6 @@ it had completed the same call with a smaller size or count (D19).
 
 from __future__ import annotations
 
-import re
-
 from triage.core.logscan.rules import (
     MISMATCH,
     NAMES_ABSENT,
@@ -43,8 +41,6 @@ UNEVEN_SCORE = 1.2  # over the mismatch (D21, 1.1) and the size check's own sign
 DESYNC = "D19"  # the entry whose signatures name a collective mismatch
 SAME_CALL_SCORE = 1.1  # as the mismatch of two ranks' collectives (rules.MISMATCH_SCORE)
 _NO_ARGUMENTS = frozenset({"barrier", "backward"})
-# TCP answers a socket closed with data still unread in it by a reset, not by an end of stream.
-_RESET = re.compile(r"Connection reset by peer", re.IGNORECASE)
 
 
 def uneven_steps(events: list[Event], first: Event | None, scan: Scan) -> list[Inferred]:
@@ -127,9 +123,9 @@ def same_call_timeouts(events: list[Event], scan: Scan) -> list[Inferred]:
 def peer_left(events: list[Event], first: Event, scan: Scan) -> Inferred | None:
     """The only failure is one rank's wait that ended with its peer gone (`Connection closed by
     peer`), and torchrun saw every other worker end well: the peer finished its loop and left
-    while this rank still had batches to run. A reset instead of a close says the peer left with
-    this rank's data unread: it had finished the same collective having read less than this rank
-    sent (another size or count), so the calls disagree, not the number of steps (D19)."""
+    while this rank still had batches to run. A reset reads the same as a close: whether the peer's
+    socket still held unread data when it exited is timing (the D9-NOJOIN reproduction, ranks out
+    of batches, prints a reset), so it does not tell calls of another size apart."""
     # mp.spawn reporting this rank, with no other process left to stop: the others had ended, and
     # well (a process that failed first would have been the one reported)
     spawn_alone = scan.spawn_failed == first.rank and scan.spawn_stopped == 0
@@ -153,14 +149,6 @@ def peer_left(events: list[Event], first: Event, scan: Scan) -> Inferred | None:
             " the other ranks ended without ever calling it"
         )
         return Inferred(MISMATCH, PEER_LEFT_SCORE, (first,), reason, True)
-    if _RESET.search(first.text):
-        collective = wait.collective if wait is not None else "a collective"
-        reason = (
-            f"rank {first.rank}'s connection was reset inside {collective}{where} while no other rank"
-            " failed: the peer completed the call and left with this rank's data unread, so the ranks'"
-            " calls disagree in size or count"
-        )
-        return Inferred(DESYNC, PEER_LEFT_SCORE, (first,), reason, True)
     return Inferred(
         PEER_LEFT,
         PEER_LEFT_SCORE,
