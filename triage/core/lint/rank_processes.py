@@ -41,18 +41,21 @@ class RankProcesses:
                 k.arg is None for k in call.node.keywords
             ):
                 names.update(params)
+        # Handed to init_process_group(rank=...) in the function itself: it says it is the global rank.
+        grouped = {
+            (call.scope, k.value.id)
+            for call in self.script.call_list
+            if call.tail == "init_process_group"
+            for k in call.node.keywords
+            if k.arg == "rank" and isinstance(k.value, ast.Name)
+        }
         found: set[tuple[ast.AST, str]] = set()
         for called, names in passed.items():
             positional = called.args.posonlyargs + called.args.args
             defaulted = positional[len(positional) - len(called.args.defaults) :]
-            grouped = {
-                k.value.id
-                for c in ast.walk(called)
-                if isinstance(c, ast.Call) and dotted(c.func).endswith("init_process_group")
-                for k in c.keywords
-                if k.arg == "rank" and isinstance(k.value, ast.Name)
-            }  # handed to init_process_group here: the function itself says it is the global rank
-            found.update((called, a.arg) for a in defaulted if a.arg not in names | grouped)
+            found.update(
+                (called, a.arg) for a in defaulted if a.arg not in names and (called, a.arg) not in grouped
+            )
         return found
 
     def _spawn_targets(self) -> dict[str, FunctionNode]:
