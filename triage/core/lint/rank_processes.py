@@ -19,6 +19,44 @@ class RankProcesses:
         self.script = script
         self.spawn_targets: dict[str, FunctionNode] = self._spawn_targets()
         self.launcher_functions = self._launcher_functions()
+        self.passed_elsewhere = self._passed_elsewhere()
+
+    def _passed_elsewhere(self) -> set[tuple[ast.AST, str]]:
+        """Parameters with a default that no call in this file passes, of functions this file does
+        call (`train_model(None)` under `__main__`, the rank left at None): whatever rank the
+        distributed path gets comes from a caller in another module, read as the process index an
+        mp.spawn worker there hands on (as `spawned_index`)."""
+        passed: dict[FunctionNode, set[str]] = {}
+        for call in self.script.call_list:
+            function = self.script.local_function(call.node)
+            if function is None:
+                continue
+            names = passed.setdefault(function, set())
+            params = [a.arg for a in function.args.posonlyargs + function.args.args]
+            if params and params[0] in ("self", "cls") and isinstance(call.node.func, ast.Attribute):
+                params = params[1:]
+            names.update(params[: len(call.node.args)])
+            names.update(k.arg for k in call.node.keywords if k.arg is not None)
+            if any(isinstance(a, ast.Starred) for a in call.node.args) or any(
+                k.arg is None for k in call.node.keywords
+            ):
+                names.update(params)
+        # Handed to init_process_group(rank=...) in the function itself: it says it is the global rank.
+        grouped = {
+            (call.scope, k.value.id)
+            for call in self.script.call_list
+            if call.tail == "init_process_group"
+            for k in call.node.keywords
+            if k.arg == "rank" and isinstance(k.value, ast.Name)
+        }
+        found: set[tuple[ast.AST, str]] = set()
+        for called, names in passed.items():
+            positional = called.args.posonlyargs + called.args.args
+            defaulted = positional[len(positional) - len(called.args.defaults) :]
+            found.update(
+                (called, a.arg) for a in defaulted if a.arg not in names and (called, a.arg) not in grouped
+            )
+        return found
 
     def _spawn_targets(self) -> dict[str, FunctionNode]:
         targets: dict[str, FunctionNode] = {}

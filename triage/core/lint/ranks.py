@@ -101,7 +101,10 @@ class RankModel:
                 return passed
             if self.processes.spawned_index(expr.id, scope):
                 return "local"
-            return self._by_name(expr.id)
+            kind = self._by_name(expr.id)
+            if kind == "global" and (scope, expr.id) in self.processes.passed_elsewhere:
+                return "local"
+            return kind
         if isinstance(expr, ast.Attribute):
             found = self._lookup(self.values, dotted(expr), self.script.tree)
             return cast(RankKind, found) if found is not None else self._by_name(expr.attr)

@@ -210,7 +210,7 @@ def _check_precision(ctx: Context) -> Iterator[Finding]:
             continue
         assert param is not None
         dtype = ctx.script.text(param, 30)
-        if _argument(call, "reduce_dtype", 1) is None:
+        if _argument(call, "reduce_dtype", 1) is None and not _untrained(ctx, call):
             yield ctx.finding(
                 TRG014,
                 call.node,
@@ -224,6 +224,50 @@ def _check_precision(ctx: Context) -> Iterator[Finding]:
                 "MixedPrecision without buffer_dtype leaves buffers (BatchNorm statistics, rotary tables) in"
                 " whatever dtype the module holds; set it on purpose",
             )
+
+
+def _wrapped_names(ctx: Context, wrap: ast.Call) -> set[str]:
+    """The names the FSDP unit built by `wrap` is bound to: `x = FSDP(...)`, or, where a helper
+    returns it, the targets of the helper's calls (`text_encoder = setup_lm_fsdp_sync(text_encoder)`)."""
+    parent = ctx.script.parents.get(wrap)
+    if not isinstance(parent, ast.Assign | ast.Return):
+        return set()
+    bound = set() if isinstance(parent, ast.Return) else _names(parent)
+    scope = ctx.script.scope_of(wrap)
+    returned = isinstance(parent, ast.Return) or any(
+        isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id in bound
+        for n in ast.walk(scope)
+    )
+    if not returned or not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+        return bound
+    callers = (
+        ctx.script.parents.get(c.node)
+        for c in ctx.script.call_list
+        if ctx.script.local_function(c.node) is scope
+    )
+    return {name for assign in callers if isinstance(assign, ast.Assign) for name in _names(assign)}
+
+
+def _names(assign: ast.Assign) -> set[str]:
+    return {t.id for t in assign.targets if isinstance(t, ast.Name)}
+
+
+def _untrained(ctx: Context, precision: Call) -> bool:
+    """The MixedPrecision of an FSDP unit no optimizer of the file is built on (a frozen text encoder
+    run under no_grad): it reduces no gradients, so reduce_dtype does not matter."""
+    wrap = ctx.script.parents.get(precision.node)
+    wrap = ctx.script.parents.get(wrap) if isinstance(wrap, ast.keyword) else None
+    if not (
+        isinstance(wrap, ast.Call)
+        and ctx.script.text(wrap.func, 60).endswith(("FSDP", "FullyShardedDataParallel"))
+    ):
+        return False
+    names = _wrapped_names(ctx, wrap)
+    optimizers = [c for c in ctx.script.call_list if c.name.startswith("torch.optim.") and c.node.args]
+    if not names or not optimizers:
+        return False
+    used = {n.id for c in optimizers for n in ast.walk(c.node.args[0]) if isinstance(n, ast.Name)}
+    return not names & used
 
 
 def _check_scaler(ctx: Context) -> Iterator[Finding]:

@@ -239,6 +239,9 @@ def _write(ctx: Context, call: Call) -> str | None:
             " write the same files; pass is_main_process=(rank == 0) or save on rank 0"
         )
     if name in ("wandb.init", "mlflow.start_run"):
+        mode = call.kwarg("mode")
+        if isinstance(mode, ast.Constant) and mode.value == "disabled":
+            return None  # the other ranks' no-op run (`else: wandb.init(mode="disabled")`)
         names = [k.value for k in call.node.keywords if k.arg in ("name", "id", "run_name")]
         if any(mentions_rank(ctx, value, call) for value in names):
             return None  # one run per process on purpose, each named for its rank
