@@ -34,7 +34,9 @@ def _hit(line: int, text: str) -> Event:
 def test_only_the_summary_of_a_knocked_address_becomes_an_echo() -> None:
     knock = _hit(1, "failed to connect to [::ffff:10.1.2.3]:29500 (errno: 111 - Connection refused).")
     same = _hit(2, "The client socket has failed to connect to any network address of (10.1.2.3, 29500).")
-    other_port = _hit(3, "The client socket has failed to connect to any network address of (10.1.2.3, 29501).")
+    other_port = _hit(
+        3, "The client socket has failed to connect to any network address of (10.1.2.3, 29501)."
+    )
     named = _hit(4, "The client socket has failed to connect to any network address of (master-0, 29500).")
     out = reached_addresses([knock, same, other_port, named])
     assert [e.echo for e in out] == [False, True, False, False]
