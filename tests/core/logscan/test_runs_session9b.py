@@ -41,3 +41,23 @@ def test_only_the_summary_of_a_knocked_address_becomes_an_echo() -> None:
     out = reached_addresses([knock, same, other_port, named])
     assert [e.echo for e in out] == [False, True, False, False]
     assert reached_addresses([same, named]) == [same, named]  # nothing knocked: unchanged
+
+
+def test_the_statement_of_a_failed_assert_names_the_check(kb: KnowledgeBase) -> None:
+    log = str(_item("allreduce_sum_exact_assert.py")["log"])
+    verdict = verdict_for(kb, log)
+    assert verdict.found and verdict.diagnoses[0].entry_id == "P9", verdict.diagnoses[:3]
+    assert verdict.first_rank == 0
+    # the same failure under an assert that checks something else: one rank failed first (D20)
+    other = log.replace("assert torch.equal(total, reference)", "assert total.item() < 0")
+    assert other != log
+    ids = [d.entry_id for d in verdict_for(kb, other).diagnoses]
+    assert ids and ids[0] == "D20" and "P9" not in ids, ids
+
+
+def test_a_matched_statement_over_another_exception_is_only_where_the_rank_was(kb: KnowledgeBase) -> None:
+    log = str(_item("allreduce_sum_exact_assert.py")["log"])
+    raised = log.replace("AssertionError: all_reduce result", "RuntimeError: all_reduce result")
+    assert raised != log
+    ids = [d.entry_id for d in verdict_for(kb, raised).diagnoses]
+    assert ids and ids[0] != "P9", ids

@@ -288,6 +288,11 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
         elif scan.spawn_stopped or _torchrun_stopped(events, first, scan):
             reason = f"{who} failed first with an error of its own; {'mp.spawn' if scan.spawn_stopped else 'torchrun'} then stopped the other ranks"
             found.append(Inferred(DIVERGED, DIVERGED_SCORE, (first,), reason, True))
+    from triage.core.logscan.assertions import failed_assertion  # likewise
+
+    asserted = failed_assertion(events, first)
+    if asserted is not None:
+        found.append(asserted)
     missing = _missing_traceback(scan, first) or _bare_abort(events, first, scan)
     if missing is not None:
         found.append(missing)
