@@ -65,6 +65,13 @@ EXTRA: dict[str, str] = {
     "rank0_early_stop_break.py": "tee",
     "makedirs_race.py": "loglevel-info",
     "sigterm_rank1.py": "loglevel-info",
+    # session 9b (written before the engine was read)
+    "allreduce_avg_long_counter.py": "detail",
+    "reduce_dst_world_size.py": "tee",
+    "ddp_replace_head_after_wrap.py": "loglevel-info",
+    "batchnorm_last_batch_one.py": "tee",
+    "bucket_sampler_per_rank.py": "detail",
+    "gloo_ifname_missing.py": "loglevel-info",
 }
 # Variables that would make a run look launched or change torch's output (as triage.repro scrubs).
 _SCRUB = (

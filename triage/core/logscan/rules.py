@@ -11,6 +11,7 @@ an engineer reading eight ranks' output would:
   `Last error:` line or an NCCL WARN on that rank names the cause, the umbrella is only context;
 - a traceback frame that a signature matches says where a rank was, never why it failed;
 - a failure to connect to a `(host, port)` c10d said it cannot resolve follows from the name;
+  one to a literal IP address c10d knocked on itself follows from that knock (addresses.py);
 - a rank's error naming another as absent (the monitored barrier) only waited, when that other
   rank died of a signal, exited without a word, or ended well (it had left).
 
@@ -33,6 +34,7 @@ import functools
 import re
 from dataclasses import dataclass
 
+from triage.core.logscan.addresses import reached_addresses
 from triage.core.logscan.blocks import WaitPoint, mismatch
 from triage.core.logscan.scanner import SUBSTANTIVE_WEIGHT, Event, Scan
 from triage.core.logscan.structure import SIGABRT_EXIT
@@ -113,7 +115,7 @@ def consequences(
     """The events (in time order) with the echoes and context the rules above find.
     `root_cause_alone`: the rank torchrun's summary names as the only worker that failed;
     `root_cause`: the rank the launcher saw fail first (torchrun's summary, mp.spawn's report)."""
-    events = blamed_the_dead(unresolved_targets(events), root_cause_alone, root_cause)
+    events = blamed_the_dead(reached_addresses(unresolved_targets(events)), root_cause_alone, root_cause)
     named_cause = {
         e.rank
         for e in events
@@ -286,6 +288,11 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
         elif scan.spawn_stopped or _torchrun_stopped(events, first, scan):
             reason = f"{who} failed first with an error of its own; {'mp.spawn' if scan.spawn_stopped else 'torchrun'} then stopped the other ranks"
             found.append(Inferred(DIVERGED, DIVERGED_SCORE, (first,), reason, True))
+    from triage.core.logscan.assertions import failed_assertion  # likewise
+
+    asserted = failed_assertion(events, first)
+    if asserted is not None:
+        found.append(asserted)
     missing = _missing_traceback(scan, first) or _bare_abort(events, first, scan)
     if missing is not None:
         found.append(missing)
