@@ -91,7 +91,8 @@ class RankState:
         return {
             "data": f"loading data{f' in its {self.detail}' if self.detail else ''}{where}",
             "saving": f"writing a checkpoint ({self.detail}){where}",
-            "debugger": f"stopped in a debugger (a breakpoint() or set_trace() left in){where}",
+            "debugger": f"stopped in {self.detail or 'a debugger (a breakpoint() or set_trace() left in)'}"
+            f"{where}",
             "stdin": f"waiting for input on its stdin{where}",
             "waiting": f"waiting outside any collective (sleep, I/O or a lock){where}",
             "computing": f"computing outside any collective{where}",
@@ -128,6 +129,10 @@ _READS_STDIN = re.compile(r"(?<![\w.])input\(|\bstdin\.read")
 # pdb (and what builds on bdb), or debugpy waiting for an IDE to attach.
 _DEBUGGER_FILES = ("/bdb.py", "/pdb.py")
 _DEBUGGER_DIRS = ("/pudb/", "/debugpy/", "/pydevd", "/_pydevd_bundle/")
+_STORE_VIA = "a key-value store wait: for a key another rank sets"
+# An interactive console opened from the code (code.interact, IPython's embed): a prompt, as pdb's.
+_CONSOLE_FILES = ("/code.py",)
+_CONSOLE_DIRS = ("/IPython/terminal/", "/IPython/core/interactiveshell")
 _GPU_VIA = "a GPU sync point: with NCCL, a collective queued before it has not finished"
 
 
@@ -138,6 +143,8 @@ def _pending(frames: tuple[Frame, ...], context: LineContext | None) -> tuple[st
     if frames[0].file.endswith("torch/cuda/__init__.py") and _short(frames[0].function) == "synchronize":
         return "torch.cuda.synchronize", _GPU_VIA
     code = context.code if context is not None and not is_library(frames[0].file) else ""
+    if code and context is not None and context.store_call:
+        return f"store.{context.store_call}", _STORE_VIA
     if _WAITS.search(code):
         return "Work.wait", "the result of a collective issued with async_op=True"
     found = _GPU_SYNCS.search(code)
@@ -307,6 +314,11 @@ def _classify_main(sample: RankSample) -> RankState:
     above = frames[: frames.index(mine)] if mine is not None else frames
     if any(f.file.endswith(_DEBUGGER_FILES) or any(d in f.file for d in _DEBUGGER_DIRS) for f in above):
         return replace(base, kind="debugger")
+    if any(
+        is_library(f.file) and (f.file.endswith(_CONSOLE_FILES) or any(d in f.file for d in _CONSOLE_DIRS))
+        for f in above
+    ):
+        return replace(base, kind="debugger", detail="an interactive console (code.interact, IPython embed)")
     code = base.context.code if base.context is not None else ""
     if frames and frames[0] is mine and not sample.active and _READS_STDIN.search(code):
         return replace(base, kind="stdin")

@@ -15,6 +15,7 @@ desync (D19). The odd ranks out are the side that took the other path, or the re
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,12 @@ from triage.core.hang.paths import (
 )
 
 T = TypeVar("T")
+
+# A test on a random draw (`random.random() < p`, `np.random.rand()`, `torch.rand(1)`): each rank's
+# generator gives its own value, so a collective behind it is a desync of the ranks' streams.
+RANDOM_DRAW = re.compile(
+    r"\brandom\.\w+\(|\bnp\.random\.|\btorch\.(rand|randn|randint|bernoulli|multinomial)\("
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,8 @@ def rank_label(ranks: tuple[int | None, ...]) -> str:
 
 
 # Blocking point-to-point calls: every rank of the world in one of them is a cycle of waits.
+# What a rank's collective was issued by when it is a sharded model's parameter gather.
+SHARDED = ("FSDP", "ZeRO")
 POINT_TO_POINT = frozenset(
     {"recv", "send", "irecv", "isend", "batch_isend_irecv", "recv_object_list", "send_object_list"}
 )
@@ -135,6 +144,32 @@ def _first_pair(
     return None
 
 
+def _store_crossed(
+    groups: tuple[Group, ...], described: str
+) -> tuple[list[Diagnosis], tuple[int, ...], str] | None:
+    """Ranks waiting on a store key while the others wait in a collective: the key is set further
+    on the others' path, past the collective the waiters would reach only once they have it (two
+    ways of waiting crossed). The others are the odd ranks; a rank test around their collective
+    makes it a collective on some ranks only (D21)."""
+    keyed = [g for g in groups if g.state.collective.startswith("store.")]
+    rest = [g for g in groups if g not in keyed]
+    if not keyed or not rest:
+        return None
+    waiters = tuple(r for g in keyed for r in g.ranks)
+    holders = tuple(r for g in rest for r in g.ranks)
+    tested = any(_rank_tests(g.state) for g in rest)
+    lines = (
+        f"{rank_label(waiters)} {keyed[0].state.describe()}: a key that {rank_label(holders)} would "
+        f"set further on, past {rest[0].state.collective}() where {'it waits' if len(holders) == 1 else 'they wait'}"
+        + (" under a rank test" if tested else "")
+        + " for the waiters, who reach that collective only once they have the key",
+        described,
+    )
+    verdict = f"{rank_label(holders)} waits in a collective before setting the store key the others wait for"
+    entries = ["D21", "D19"] if tested else ["D19", "D21"]
+    return [Diagnosis(e, lines) for e in entries], ints(holders), verdict
+
+
 def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...], str]:
     """The entries, the odd ranks out and the verdict for `groups` waiting in different collectives."""
     described = "; ".join(f"{rank_label(g.ranks)} {g.state.describe()}" for g in groups)
@@ -157,6 +192,9 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
         )
         verdict = f"{rank_label(ranks)} waits in {p2p[0].state.collective}() with no matching partner"
         return [Diagnosis("D19", lines), Diagnosis("D21", lines)], ints(ranks), verdict
+    stored = _store_crossed(groups, described)
+    if stored is not None:
+        return stored
     branch = _rank_branch(groups)
     if branch is not None:
         odd, (file, line, test) = branch
@@ -232,6 +270,19 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                     verdict = (
                         f"{rank_label(early.ranks)} left the loop on a decision the other ranks did not take"
                     )
+                    if busy.state.via.startswith(SHARDED):
+                        evidence = (
+                            f"{evidence[0]}; every forward of a sharded model ({busy.state.via}) "
+                            "gathers parameters from all ranks, so a loop of forwards whose length "
+                            "each rank decides (generation up to its own end token) must run as "
+                            "many times everywhere",
+                        )
+                        verdict = f"{verdict}, in a loop of sharded-model forwards"
+                        return (
+                            [Diagnosis("D21", evidence), Diagnosis("D19", evidence)],
+                            ints(early.ranks),
+                            verdict,
+                        )
                     return [Diagnosis("D19", evidence), Diagnosis("D9", evidence)], ints(early.ranks), verdict
                 verdict = f"{rank_label(early.ranks)} ran out of batches before the others"
                 return [Diagnosis("D9", evidence), Diagnosis("D22", evidence)], _fewer(early, groups), verdict
@@ -298,6 +349,13 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             described,
         )
         verdict = f"{rank_label(odd.ranks)} is in a collective that only some ranks reach (`{header}`)"
+        if RANDOM_DRAW.search(header):
+            evidence = (
+                f"{evidence[0]}; its test draws a random number, and each rank's generator "
+                "is seeded apart (or not at all), so the ranks' draws differ",
+                described,
+            )
+            return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], _fewer(odd, groups), verdict
         return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], _fewer(odd, groups), verdict
     sizes = Counter(len(g.ranks) for g in groups)
     largest = max(len(g.ranks) for g in groups)

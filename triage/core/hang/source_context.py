@@ -19,6 +19,9 @@ RANK_TEST = re.compile(
     r"process_zero|is_global_zero|is_local_zero",
     re.IGNORECASE,
 )
+# A blocking call on a c10d key-value store, and the bindings that make a name one.
+_STORE_CALL = re.compile(r"([\w.]+)\.(get|wait|multi_get|compare_set|add)\(")
+_STORE_MADE = r"(?:\b\w*Store\(|_get_default_store\(\)|\.store\b)"
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -182,6 +185,17 @@ def _blocks(chain: list[ast.AST], source: str) -> tuple[tuple[int, int, str], ..
     )
 
 
+def _store_call(code: str, source: str) -> str:
+    """The store method `code` calls (a blocking get or wait on a key another rank sets), where
+    its receiver is named a store or bound to one in `source`: `meta = dist.TCPStore(...)`."""
+    found = _STORE_CALL.search(code)
+    if found is None:
+        return ""
+    receiver = found.group(1).rsplit(".", 1)[-1]
+    bound = re.search(rf"\b{re.escape(receiver)}\s*(?::[^=\n]*)?=\s*[^\n]*{_STORE_MADE}", source)
+    return found.group(2) if "store" in receiver.lower() or bound else ""
+
+
 def line_context(source: str, line: int) -> LineContext:
     """The context of `line` in `source`; an empty context when the source does not parse."""
     try:
@@ -221,4 +235,5 @@ def line_context(source: str, line: int) -> LineContext:
         returns=tuple((line, test) for line, test, node in exits if isinstance(node, ast.Return)),
         skips=_skips(loop_node, source) if loop_node is not None else (),
         final=_final(chain, line),
+        store_call=_store_call(code, source),
     )

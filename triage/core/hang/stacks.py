@@ -53,6 +53,10 @@ class LineContext:
     # The innermost `try` of the line's own function whose `finally` holds the line, as (try line,
     # the `finally` body's first line, the try body's last line): a rank there left that body.
     final: tuple[int, int, int] | None = None
+    # The key-value store method the line calls (`get`, `wait`, ...) on a name the source binds to a
+    # c10d store (TCPStore, FileStore, PrefixStore, the default group's store): a wait for a key
+    # another rank sets, issued from C++ with no Python frame under the line.
+    store_call: str = ""
 
 
 @dataclass(frozen=True)
