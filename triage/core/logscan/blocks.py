@@ -25,7 +25,7 @@ _TRACEBACK = re.compile(
     r"^\s*(Traceback \(most recent call last\):|(Current t|T)hread 0x[0-9a-f]+ \(most recent call first\):)"
 )
 # `File "x.py", line 3, in f` (traceback) and `File "x.py", line 3 in f` (faulthandler).
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>[\w<>.]+)')
+FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>[\w<>.]+)')
 _OP_TYPE = re.compile(r"OpType=(?P<op>\w+)")
 _FINGERPRINT = re.compile(r"Rank (?P<rank>\d+) is running collective: CollectiveFingerPrint\((?P<body>[^)]*)")
 _FAILED = re.compile(r"timeout|timed out|mismatch|failed|error", re.IGNORECASE)  # not a progress line
@@ -110,7 +110,7 @@ class RankReader:
             self._close(key)
             self._open[key] = Block(source, rank, number, newest_first="call first" in body)
             return
-        frame = _FRAME.match(body)
+        frame = FRAME.match(body)
         if frame is not None:
             block = self._open.get(key)
             if block is None:  # a paste that starts in the middle of a traceback
@@ -196,7 +196,7 @@ def code_above(head: str, line: int) -> str | None:
     if not 2 <= line <= len(lines):
         return None
     above = split_prefix(lines[line - 2]).body.strip()
-    if not above or _FRAME.match(above) or set(above) <= set("^~ ") or len(above) > 300:
+    if not above or FRAME.match(above) or set(above) <= set("^~ ") or len(above) > 300:
         return None
     return above
 

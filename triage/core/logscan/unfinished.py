@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import re
 
+from triage.core.logscan.blocks import FRAME
 from triage.core.logscan.prefixes import split_prefix
 
 DEEPEST_FRAMES = 4  # the frames nearest the failure; the outer ones are the script's main() chain
 _START = re.compile(r"Traceback \(most recent call last\):")
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line \d+,? in (?P<func>[\w<>.]+)')
 _MARKERS = frozenset("^~ ")  # Python 3.11+ puts carets under the failing expression
 # an exception's line: its (dotted) class name, then its message or nothing (`Exception: process 1
 # terminated with signal SIGSEGV`, a bare `KeyboardInterrupt`); never the code a frame quotes
@@ -34,7 +34,7 @@ def unfinished_frames(head: str) -> str | None:
     frames: list[list[str]] = []
     code_due = False  # the line after a frame is the code it quotes
     for line in lines[start + 1 :]:
-        frame = _FRAME.search(line)
+        frame = FRAME.match(line)
         if frame is not None:
             module = re.sub(r"\.py$", "", frame["file"].replace("\\", "/")).split("/")[-2:]
             frames.append([*module, frame["func"]])
