@@ -69,9 +69,9 @@ def rank_label(ranks: tuple[int | None, ...]) -> str:
     return ("rank " if len(known) == 1 else "ranks ") + ", ".join(str(r) for r in known)
 
 
-# Blocking point-to-point calls: every rank of the world in one of them is a cycle of waits.
 # What a rank's collective was issued by when it is a sharded model's parameter gather.
 SHARDED = ("FSDP", "ZeRO")
+# Blocking point-to-point calls: every rank of the world in one of them is a cycle of waits.
 POINT_TO_POINT = frozenset(
     {"recv", "send", "irecv", "isend", "batch_isend_irecv", "recv_object_list", "send_object_list"}
 )
