@@ -19,6 +19,7 @@ Queries go through the `ask` matcher, logs through the `log` engine (its Python 
 - abstain: the must-abstain set (eval/abstain/): triage says nothing matches, or names an
   out-of-scope leaf. Its `log:` items are pasted into `ask` like its queries; the log engine's
   abstention on them is a line of its own.
+- queries in another script: those a fifth or more of whose words are not in Latin script.
 - seed-labelled: the queries and logs whose first label is a seed entry (D, MN, P), the ids the
   outside judge's key uses; our own entries (E, X) winning there is a miss, as it is for the judge.
 Targets on test: queries top-1 >= 85 %, top-3 >= 95 %, precision >= 90 %; logs top-1 with the first
@@ -48,6 +49,9 @@ from corpus import Item, dev_dir, load_all, split_of  # noqa: E402
 from crossval import fold_kbs, fold_of  # noqa: E402
 
 from triage.core.model import KnowledgeBase  # noqa: E402
+from triage.core.text import foreign_share  # noqa: E402
+
+FOREIGN_SHARE = 0.2  # of an item's words in another script: the "queries in another script" rows
 
 
 @dataclass(frozen=True)
@@ -199,6 +203,7 @@ def evaluate(
             "logs": figures(logs) | {"labels_not_in_kb": _missing_labels(kb, logs)},
             "seed_queries": figures([o for o in queries if seed_labelled(o.item)]),
             "seed_logs": figures([o for o in logs if seed_labelled(o.item)]),
+            "foreign_queries": figures([o for o in queries if foreign(o.item)]),
             "abstain": abstain_figures(abstain),
             "abstain_log_engine": abstain_figures(abstain_logs),
             "_outcomes": queries + logs + abstain + abstain_logs,
@@ -247,6 +252,12 @@ def _dev_item(raw: dict[str, object], kind: str, origin: str) -> Item:
     )
 
 
+def foreign(item: Item) -> bool:
+    """Whether a fifth or more of the item's words are in a script other than Latin (reports
+    written in Chinese, Japanese, Korean, Russian ...; their English words kept as written)."""
+    return foreign_share(item.text) >= FOREIGN_SHARE
+
+
 def _fmt(value: object) -> str:
     if value is None:
         return "-"
@@ -277,6 +288,9 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("seed_logs", "n", "seed-labelled logs: items"),
     ("seed_logs", "top1", "seed-labelled logs: top-1"),
     ("seed_logs", "precision", "seed-labelled logs: precision"),
+    ("foreign_queries", "n", "queries in another script: items"),
+    ("foreign_queries", "ranked_top1", "queries in another script: ranked top-1"),
+    ("foreign_queries", "top1", "queries in another script: top-1"),
     ("abstain", "n", "must-abstain: items"),
     ("abstain", "abstained", "must-abstain: abstained (ask)"),
     ("abstain_log_engine", "n", "must-abstain: log items"),

@@ -87,6 +87,17 @@ def test_other_scripts_are_kept_as_words_of_their_own() -> None:
     assert "mussen" in raw_words("Die Prozesse müssen warten")
 
 
+def test_text_without_spaces_is_read_as_character_pairs_that_vocabulary_variants_meet() -> None:
+    normalizer = Normalizer({"hang": ["卡住", "フリーズ"], "multigpu": ["多卡"], "multinode": ["多机"]})
+    # the pairs are no terms of their own: only a variant turns them into one
+    assert normalizer.tokens("训练过程中出现问题") == []
+    assert normalizer.tokens("多机多卡训练卡住了 NCCL") == ["multinod", "multigpu", "hang", "nccl"]
+    assert normalizer.tokens("学習がフリーズする") == ["hang"]
+    # a variant uses its last character: the pair that starts on it (卡住 after 多卡) is no word
+    assert normalizer.tokens("单机多卡住") == ["multigpu"]
+    assert normalizer.tokens("训练log打印") == ["log"]  # a Latin run glued to Chinese is a word
+
+
 def test_a_huge_line_is_normalised_in_linear_time(normalizer: Normalizer) -> None:
     line = "a.b/" * 200_000 + "x" * 100_000
     start = time.perf_counter()

@@ -96,6 +96,8 @@ def test_browser_ranking_agrees_with_triage_ask(
         "RuntimeError: Address already in use (errno 98)",
         "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, Timeout(ms)=1800000)",
         "CUDA error: invalid device ordinal",
+        "多机多卡训练卡住了，NCCL超时",  # text without spaces: character pairs (text.py's _cjk_terms)
+        "单机多卡住 学習がフリーズする 메모리 부족",
         "",
         "the and of",
     ]

@@ -414,7 +414,10 @@ def rank(kb: KnowledgeBase, text: str, top: int = 5) -> Match:
             reasons.append(f"words that point here: {', '.join(heaviest)}")
         hits.append(Hit(kb.entries[entry_id], round(p, 3), tuple(reasons), raw, sig, lead))
     if foreign_share(text) >= FOREIGN_NOTE and hits:
-        note = "much of this text is in a language the knowledge is not written in: only its English words were matched"
+        note = (
+            "much of this text is in a language the knowledge is not written in: only its English"
+            " words and the few of its own that the vocabulary knows were matched"
+        )
         hits[0] = hits[0]._replace(reasons=(*hits[0].reasons, note))
     best = hits[0] if hits else None
     if best is None or probability < conf.threshold:

@@ -9,7 +9,9 @@ Both sides go through the same steps, so a phrasing and an entry meet on the sam
    kept too: all_reduce, AllReduce, all-reduce and ALLREDUCE all give "allreduce". A brand spelt
    with a two-letter hump (PyTorch, ZeRO, LoRA) stays one word.
 3. Words are lower-cased, accents folded and stemmed. Words in other scripts are kept as they are;
-   the knowledge is written in English, so they never meet it and count for nothing either way.
+   the knowledge is written in English, so they never meet it and count for nothing either way,
+   except text in Chinese, Japanese or Korean: it is read as overlapping character pairs, which
+   are no terms themselves but let the vocabulary's variants in those languages meet it.
 4. Vocabulary variants (knowledge/vocabulary.yaml, and the collective names of COLLECTIVES) are
    rewritten to their canonical term after stemming; the words of a variant may sit up to
    WINDOW_GAP other words apart ("end of the first epoch" meets "end of epoch").
@@ -211,9 +213,49 @@ def _term(word: str) -> tuple[str, bool]:
     return stem(word), True
 
 
+def _is_cjk(c: str) -> bool:
+    """Han, kana or Hangul: scripts written without spaces between words (Hangul between phrases)."""
+    return (
+        "\u4e00" <= c <= "\u9fff"
+        or "\u3040" <= c <= "\u30ff"
+        or "\uac00" <= c <= "\ud7af"
+        or "\u3400" <= c <= "\u4dbf"
+        or "\uf900" <= c <= "\ufaff"
+    )
+
+
+def _cjk_terms(word: str) -> list[tuple[str, bool]]:
+    """A word holding Chinese, Japanese or Korean: its runs in those scripts as overlapping
+    character pairs (训练卡住 -> 训练, 练卡, 卡住), the usual way to find words in text without
+    spaces, and its other runs as words. The pairs are not terms themselves (the knowledge is in
+    English): only a vocabulary variant written in those scripts turns them into one."""
+    out: list[tuple[str, bool]] = []
+    for is_cjk, run in itertools.groupby(word, _is_cjk):
+        chars = "".join(run)
+        if not is_cjk:
+            out.append(_term(chars))
+        elif len(chars) == 1:
+            out.append((chars, False))
+        else:
+            out.extend((chars[i : i + 2], False) for i in range(len(chars) - 1))
+    return out
+
+
+def _overlaps(pair: str, following: str) -> bool:
+    """Two character pairs of one run (卡住, 住了): a variant that ends on the first used its
+    second character, so the pair after it is no word."""
+    return len(pair) == 2 == len(following) and pair[1] == following[0] and _is_cjk(pair[1])
+
+
 def sequence(text: str) -> list[tuple[str, bool]]:
     """(term, keep) for every word of `text`: steps 1 to 3, before the vocabulary."""
-    return [_term(w) for w in raw_words(text)]
+    out: list[tuple[str, bool]] = []
+    for word in raw_words(text):
+        if word.isascii() or not any(_is_cjk(c) for c in word):
+            out.append(_term(word))
+        else:
+            out.extend(_cjk_terms(word))
+    return out
 
 
 VariantTable = Mapping[str, list[list["Any"]]]
@@ -295,6 +337,8 @@ class Normalizer:
                         t for j, (t, k) in enumerate(seq[i : positions[-1] + 1], i) if k and j not in inside
                     )
                     i = positions[-1] + 1
+                    if i < len(seq) and _overlaps(seq[i - 1][0], seq[i][0]):
+                        i += 1
                     break
             else:
                 if keep:

@@ -22,6 +22,8 @@
   var ACRONYMS = /^(?:[A-Z]{2,}s|[KMGTP]iB)$/;
   var HEX = /^(?:0x[0-9a-f]+|[0-9a-f]{7,})$/;
   var FRAME = /File "[^"\n]*", line \d+,?/g;
+  var CJK_CLASS = "\\u4e00-\\u9fff\\u3040-\\u30ff\\uac00-\\ud7af\\u3400-\\u4dbf\\uf900-\\ufaff";
+  var CJK = new RegExp("[" + CJK_CLASS + "]"), CJK_RUNS = new RegExp("[" + CJK_CLASS + "]+|[^" + CJK_CLASS + "]+", "g");
 
   function strip(s) {
     var a = 0, b = s.length;
@@ -90,11 +92,27 @@
     function withUnit(w) { var g = /^(\p{Nd}+)([a-z]+)$/u.exec(w); return g !== null && suffixes.has(g[2]); }
     var stem = stemmer(new Set(data.pluralAcronyms));
     var variants = data.variants;
+    function term(w) {
+      if (stop.has(w) || len(w) < 2 || units.has(w) || isNumber(w) || withUnit(w)) return [w, false];
+      return [stem(w), true];
+    }
+    // text.py's _cjk_terms: runs in those scripts as overlapping character pairs (no terms of their own)
     function sequence(text) {
-      return rawWords(text).map(function (w) {
-        if (stop.has(w) || len(w) < 2 || units.has(w) || isNumber(w) || withUnit(w)) return [w, false];
-        return [stem(w), true];
+      var out = [];
+      rawWords(text).forEach(function (w) {
+        if (isAscii(w) || !CJK.test(w)) { out.push(term(w)); return; }
+        (w.match(CJK_RUNS) || []).forEach(function (run) {
+          var chars = Array.from(run);
+          if (!CJK.test(chars[0])) out.push(term(run));
+          else if (chars.length === 1) out.push([run, false]);
+          else for (var i = 0; i + 1 < chars.length; i++) out.push([chars[i] + chars[i + 1], false]);
+        });
       });
+      return out;
+    }
+    function overlaps(pair, next) {
+      var a = Array.from(pair), b = Array.from(next);
+      return a.length === 2 && b.length === 2 && a[1] === b[0] && CJK.test(a[1]);
     }
     function matchAt(seq, start, key, content) {
       var positions = [start], gaps = 0, at = start + 1;
@@ -116,7 +134,9 @@
           for (var j = i; j <= positions[positions.length - 1]; j++) {
             if (seq[j][1] && positions.indexOf(j) < 0) out.push(seq[j][0]);
           }
-          i = positions[positions.length - 1] + 1; hit = true; break;
+          i = positions[positions.length - 1] + 1; hit = true;
+          if (i < seq.length && overlaps(seq[i - 1][0], seq[i][0])) i++;
+          break;
         }
         if (!hit) { if (seq[i][1]) out.push(seq[i][0]); i++; }
       }
