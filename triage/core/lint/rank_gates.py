@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from typing import Protocol
 
-from triage.core.lint.rank_terms import MAIN_DECORATORS, Gate, Side, negate
+from triage.core.lint.rank_terms import Gate, Side, main_decorator, negate
 from triage.core.lint.script import Scope, Script, dotted
 
 EXITS = frozenset({"exit", "_exit", "quit"})
@@ -43,7 +43,7 @@ class RankGates:
                 for decorator in function.decorator_list:
                     target = decorator.func if isinstance(decorator, ast.Call) else decorator
                     name = (self.script.qual(target) or "").rsplit(".", 1)[-1]
-                    if name in MAIN_DECORATORS:
+                    if main_decorator(name):
                         gate = Gate("zero", function.lineno, f"in `{function.name}`, decorated `@{name}`")
                 self._walk(function.body, gate, function)
 

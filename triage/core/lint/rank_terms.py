@@ -9,6 +9,7 @@ a statement runs under (built in `rank_gates`).
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -86,6 +87,21 @@ MAIN_DECORATORS = frozenset(
         "rank0_only",
     }
 )
+# LAVIS's and BLIP's `@main_process`, `@on_main_process`, `@rank_0_only`: a name that is "main",
+# "master" or "rank 0" said of a process or a rank, or with `_only`. A bare `@main` is not one.
+_MAIN_DECORATOR = re.compile(
+    r"(?:on_)?(?:local_)?(?:main|master|primary|rank_?0|rank_?zero)"
+    r"(?P<process>_process|_proc|_rank|_worker)?(?P<only>_only)?"
+)
+
+
+def main_decorator(name: str) -> bool:
+    """Whether a decorator of this name keeps the function it wraps to the main process."""
+    match = _MAIN_DECORATOR.fullmatch(name)
+    return name in MAIN_DECORATORS or (
+        match is not None
+        and (match["process"] is not None or match["only"] is not None or name.startswith("rank"))
+    )
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 
 from triage.core.lint.context import Context
-from triage.core.lint.rank_terms import MAIN_DECORATORS
+from triage.core.lint.rank_terms import main_decorator
 from triage.core.lint.script import FunctionNode, dotted
 
 LAUNCHES = frozenset(
@@ -94,7 +94,7 @@ def _in_gated_class(ctx: Context, node: ast.AST) -> bool:
         cached = ctx.script.cache.get(key)
         if not isinstance(cached, bool):
             cached = any(
-                dotted(d.func if isinstance(d, ast.Call) else d).rsplit(".", 1)[-1] in MAIN_DECORATORS
+                main_decorator(dotted(d.func if isinstance(d, ast.Call) else d).rsplit(".", 1)[-1])
                 for item in scope.body
                 if isinstance(item, FunctionNode)
                 for d in item.decorator_list

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from triage.core import launchers
-from triage.core.lint.rank_terms import MAIN_DECORATORS, MAIN_NAMES
+from triage.core.lint.rank_terms import MAIN_NAMES, main_decorator
 from triage.core.lint.snippets import implicit_imports
 from triage.core.lint.source import parse
 
@@ -63,7 +63,7 @@ def _project_setup_helper(target: str) -> bool:
     *module, name = target.lower().split(".")
     if not module or module[0] in ("torch", "accelerate", "deepspeed", "lightning", "pytorch_lightning"):
         return False
-    if name in MAIN_DECORATORS:
+    if main_decorator(name):
         return True
     words = name.split("_")
     return "ddp" in words or name.startswith(("init_dist", "setup_dist", "dist_init", "init_distributed"))
