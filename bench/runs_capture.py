@@ -33,6 +33,7 @@ SETTINGS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "detail": ({"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, ()),
     "tee": ({}, ("--tee", "3")),
     "loglevel-info": ({"LOGLEVEL": "INFO"}, ()),
+    "cpp-info": ({"TORCH_CPP_LOG_LEVEL": "INFO"}, ()),
 }
 # The scripts also run in one other setting: the ways users collect more output when asking for help.
 # No DDP script runs under DETAIL: this CPU build of torch segfaults in DDP's construction there
@@ -72,6 +73,15 @@ EXTRA: dict[str, str] = {
     "batchnorm_last_batch_one.py": "tee",
     "bucket_sampler_per_rank.py": "detail",
     "gloo_ifname_missing.py": "loglevel-info",
+    # session 10 (written before the engine was read)
+    "allreduce_numpy_float64.py": "detail",
+    "p2p_tag_mismatch.py": "detail",
+    "broadcast_src_outside_group.py": "cpp-info",
+    "loader_worker_raises_rank1.py": "loglevel-info",
+    "ddp_logit_scale_outside_forward.py": "tee",
+    "sampler_before_init.py": "cpp-info",
+    "init_twice_helper.py": "cpp-info",
+    "gather_list_every_rank.py": "detail",
 }
 # Variables that would make a run look launched or change torch's output (as triage.repro scrubs).
 _SCRUB = (

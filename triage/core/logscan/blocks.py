@@ -37,6 +37,15 @@ _LIBRARY = re.compile(
     r"|[/\\]torch[/\\](distributed|nn|autograd|_tensor|utils|multiprocessing|cuda)\b"
     r"|[/\\]bin[/\\][\w.-]+$)"  # a console script's stub (`.venv/bin/torchrun`): the launcher's, not the user's
 )
+# The source line a traceback quotes under its innermost frame when torch's own Python code raised
+# (`raise ValueError(`, `raise err_type(err_msg)`): with that frame in torch, torch refused the call
+# as the script made it. A re-raise (`raise exception`, a DataLoader worker's error) has no call.
+_RAISE = re.compile(r"^\s*raise [A-Za-z_][\w.]*\(")
+_TORCH_FILE = re.compile(r"[/\\]torch[/\\]")
+# The classes torch's argument checks raise (a timeout or a lost peer raises others, or from C++).
+CHECK_CLASSES = frozenset({
+    "ValueError", "TypeError", "AttributeError", "RuntimeError", "KeyError", "IndexError", "NotImplementedError",
+})  # fmt: skip
 _BACKWARD_FUNCS = frozenset({"_engine_run_backward", "run_backward"})
 _BACKWARD_FILES = ("torch/autograd/", "torch/_tensor.py", "torch\\autograd\\", "torch\\_tensor.py")
 
@@ -82,6 +91,12 @@ class Block:
     frames: int = 0
     newest_first: bool = False  # faulthandler's order (most recent call first), not a traceback's
     spawn_parent: bool = False  # mp.spawn's own process, reporting a child's failure from join()
+    # a `raise` in torch's own code (the innermost frame) threw: with a check's exception class
+    # (CHECK_CLASSES), torch refused the call the script made and the rank was not waiting in it
+    raised_by_torch: bool = False
+    refused: bool = False  # and the exception that ended the block is of such a class
+    _frame_path: str = ""  # the innermost frame so far, and its line in the log
+    _frame_at: int = 0
 
 
 @dataclass(frozen=True)
@@ -116,15 +131,22 @@ class RankReader:
             if block is None:  # a paste that starts in the middle of a traceback
                 block = self._open[key] = Block(source, rank, number)
             self._frame(block, frame["file"], int(frame["line"]), frame["func"])
+            block._frame_path, block._frame_at = frame["file"], number
+            return
+        block = self._open.get(key)
+        if block is not None and block._frame_at == number - 1 and not block.newest_first:
+            if _RAISE.match(body) and _TORCH_FILE.search(block._frame_path):
+                block.raised_by_torch = True
             return
         self._wait_lines(source, number, rank, body)
 
-    def exception(self, source: int, number: int, rank: int | None) -> Block | None:
-        """An exception line ends the rank's open traceback; returns that block, if any."""
+    def exception(self, source: int, number: int, rank: int | None, name: str = "") -> Block | None:
+        """An exception line (of class `name`) ends the rank's open traceback; returns that block."""
         block = self._open.pop((source, rank), None)
         if block is None:
             return None
         block.exception_line = number
+        block.refused = block.raised_by_torch and name in CHECK_CLASSES
         self._keep(block)
         return block
 
@@ -140,7 +162,7 @@ class RankReader:
     def _keep(self, block: Block) -> None:
         if len(self.blocks) < MAX_BLOCKS:
             self.blocks.append(block)
-        if block.rank is not None and block.collective is not None:
+        if block.rank is not None and block.collective is not None and not block.refused:
             self.waits[block.rank] = WaitPoint(
                 block.rank, block.collective, block.user_frame or "", block.line, block.source
             )

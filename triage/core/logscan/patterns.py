@@ -45,6 +45,7 @@ STRUCTURAL_ANCHORS: tuple[str, ...] = (
     "via signal sigterm",  # mp.spawn stopping the processes still running after one failed
     " busid ",  # NCCL's `comm ... rank 1 nranks 2 cudaDev 0 busId 86000`: which GPU each rank holds
     "<no_other_failures>",  # torchrun's summary: only one worker failed
+    "raise ",  # the source line under a traceback's innermost frame: torch's own check raised (blocks.py)
 )
 
 

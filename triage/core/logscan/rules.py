@@ -272,7 +272,9 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
     left = peer_left(events, first, scan)
     if left is not None:
         found.append(left)
-    if first.real:
+    # A call torch's own check refused (an argument the API rejects) fails the same way wherever it
+    # is made: the ranks that did not make it only lost a peer to a bug in the call, not a diverged rank.
+    if first.real and not first.refused:
         echoes = survivor_echoes(events, first)
         who = f"rank {first.rank}" if first.rank is not None else "one process"
         if echoes:
@@ -322,6 +324,9 @@ def _left_in_barrier(events: list[Event], gone: int | None, scan: Scan) -> Event
     return None
 
 
+_POINT_TO_POINT = frozenset({"send", "recv"})
+
+
 def _mismatch(pair: tuple[WaitPoint, WaitPoint], events: list[Event], first: Event | None) -> list[Inferred]:
     a, b = pair
     evidence = tuple(e for e in events if (e.source, e.line) in ((a.source, a.line), (b.source, b.line)))
@@ -329,8 +334,13 @@ def _mismatch(pair: tuple[WaitPoint, WaitPoint], events: list[Event], first: Eve
     def where(point: WaitPoint) -> str:
         return f"rank {point.rank} waits in {point.collective}" + (f" ({point.where})" if point.where else "")
 
-    reason = f"{where(a)} while {where(b)}: the collectives never pair up"
     explains = first is not None and first.rank in (a.rank, b.rank)
+    if {a.collective, b.collective} == _POINT_TO_POINT:
+        # A send and a recv are each other's partners: both waiting means they disagree on the peer,
+        # the tag or the count of messages, not that a rank skipped a call the others made.
+        reason = f"{where(a)} while {where(b)}: the send and the recv never match (peer, tag or count)"
+        return [Inferred(DESYNC_TOOLKIT, MISMATCH_SCORE, evidence, reason, explains)]
+    reason = f"{where(a)} while {where(b)}: the collectives never pair up"
     return [
         Inferred(MISMATCH, MISMATCH_SCORE, evidence, reason, explains),
         Inferred(DESYNC_TOOLKIT, TOOLKIT_SCORE, evidence, reason, False),

@@ -83,6 +83,7 @@ class Event:
         ""  # hits: "frame" | "umbrella" | "info" (not a cause by its form), "warning" (a weaker cause)
     )
     collective: str = ""  # exceptions: the collective the rank's traceback was blocked in
+    refused: bool = False  # exceptions: torch's own check refused the call (blocks.Block.refused)
 
     @property
     def real(self) -> bool:
@@ -344,6 +345,7 @@ class Scanner:
                 note=found.note,
                 exit_code=found.exit_code,
                 collective=found.collective,
+                refused=found.refused,
             )
         )
 

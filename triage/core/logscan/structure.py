@@ -98,6 +98,7 @@ class Found:
     note: str = ""
     exit_code: int | None = None
     collective: str = ""  # exceptions: the collective the rank's traceback was blocked in
+    refused: bool = False  # exceptions: raised by torch's own check on the call (blocks.Block.refused)
 
 
 class Structure:
@@ -235,14 +236,12 @@ class Structure:
                 and name not in _LAUNCHER_EXCEPTIONS
             ):
                 self._message_next[source] = (number, rank, name)
-            block = self.reader.exception(source, number, rank)
+            block = self.reader.exception(source, number, rank, name)
             if not matched and name != _SPAWN_WRAPPER:
                 collective = block.collective if block is not None and block.collective else ""
-                self.emit(
-                    source,
-                    number,
-                    Found("exception", rank, short, note=exception["name"], collective=collective),
-                )
+                refused = block is not None and block.refused
+                found = Found("exception", rank, short, exception["name"], None, collective, refused)
+                self.emit(source, number, found)
 
     def _torchrun(self, source: int, number: int, rank: int | None, body: str, short: str) -> bool:
         """torchrun's (and the legacy launcher's) reports of a worker's exit."""

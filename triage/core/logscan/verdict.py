@@ -148,9 +148,16 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
         )
     diagnoses = _merge(diagnoses)
     diagnoses.sort(key=lambda d: (-d.score, d.entry_id))
-    if fallback:
+    # torch's own check refused a call as the script made it (blocks.Block.refused): its message is
+    # the finding, and what the other ranks printed only follows from it (a peer gone, the launcher's
+    # report), so those symptoms name no entry; the query engine's reading of the message does only
+    # when it is as clear as a description's would have to be.
+    refused = first is not None and first.refused
+    if fallback and not refused:
         diagnoses = _own_reading(diagnoses, events, first, scan, kb)
     found = bool(diagnoses) and diagnoses[0].score >= THRESHOLD
+    if refused and not any(d.score >= THRESHOLD and not d.generic for d in diagnoses):
+        found = False
     only_symptoms = found and all(d.generic for d in diagnoses if d.score >= THRESHOLD)
     if only_symptoms:
         # Found, for a failure is there; but what the log shows says little about which: every
@@ -169,7 +176,7 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
         only_symptoms=only_symptoms,
     )
     if not found and fallback:
-        _fall_back(verdict, scan, events, kb)
+        _fall_back(verdict, scan, events, kb, weak_allowed=not refused)
     return verdict
 
 
@@ -404,8 +411,11 @@ def _merge(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
     return list(merged.values())
 
 
-def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeBase) -> None:
-    """No signature names the failure: ask the query engine about the errors found."""
+def _fall_back(
+    verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeBase, weak_allowed: bool = True
+) -> None:
+    """No signature names the failure: ask the query engine about the errors found (and take its
+    answer below a description's threshold only when `weak_allowed`)."""
     from triage.core import matcher
 
     text = fallback_text(scan, events)
@@ -415,7 +425,12 @@ def _fall_back(verdict: Verdict, scan: Scan, events: list[Event], kb: KnowledgeB
     match = matcher.rank(kb, text, top=3)
     # the log's own threshold (query_reading.LOG_THRESHOLD) where the engine's, fitted on
     # descriptions, would not answer
-    weak = match.verdict == "no_match" and match.best is not None and match.best.score >= LOG_THRESHOLD
+    weak = (
+        weak_allowed
+        and match.verdict == "no_match"
+        and match.best is not None
+        and match.best.score >= LOG_THRESHOLD
+    )
     if not in_domain(text, scan, kb) or match.best is None or (match.verdict == "no_match" and not weak):
         verdict.closest = _closest(verdict, [(hit.entry.id, hit.score) for hit in match.hits])
         return
