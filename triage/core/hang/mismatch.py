@@ -24,6 +24,7 @@ from typing import TypeVar
 from triage.core.hang.classify import RankState
 from triage.core.hang.paths import (
     branch_only,
+    conditional_only,
     context,
     how_skipped,
     in_handler,
@@ -31,9 +32,12 @@ from triage.core.hang.paths import (
     left_early,
     past_loop,
     raised_through,
+    recursive,
     retried,
     returned_early,
+    signalled,
     skipped_iteration,
+    unwound,
 )
 
 T = TypeVar("T")
@@ -195,6 +199,18 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
     stored = _store_crossed(groups, described)
     if stored is not None:
         return stored
+    handled = [(g, signalled(g.state)) for g in groups]
+    if any(h for _, h in handled) and not all(h for _, h in handled):
+        odd, (frame, sig) = next((g, h) for g, h in handled if h)
+        evidence = (
+            f"{_waits_at(odd)}, inside {frame.function}(), the {sig} handler (line {frame.line}): a "
+            "handler runs wherever the main thread is when the signal lands, so its collective comes "
+            "at a different point of each rank's sequence (and a rank blocked in a collective runs "
+            "its own handler only once that collective returns)",
+            described,
+        )
+        verdict = f"{rank_label(odd.ranks)} issued a collective from a signal handler ({sig})"
+        return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], ints(odd.ranks), verdict
     branch = _rank_branch(groups)
     if branch is not None:
         odd, (file, line, test) = branch
@@ -229,6 +245,25 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             f"{rank_label(early.ranks)} left a `try` early (most likely it raised) and waits in its `finally`"
         )
         entries = ["D20", "D9"] if only_raised else ["D9", "D20"]
+        return [Diagnosis(e, evidence) for e in entries], ints(early.ranks), verdict
+    exited = _first_pair(groups, unwound)
+    if exited:
+        early, busy, (line, only_raised, swallowed) = exited
+        evidence = (
+            f"{_waits_at(early)}, in the `__exit__` of the `with` at line {line} whose body "
+            f"{rank_label(busy.ranks)} {'is' if len(busy.ranks) == 1 else 'are'} still in "
+            f"({busy.state.describe()}): {rank_label(early.ranks)} left that body first, "
+            + ("by an exception" if only_raised else "by an exception, a jump or running out of data")
+            + (
+                ", which is then swallowed (by the manager or an `except` around the `with`): the "
+                "rank goes on past collectives the others are still in"
+                if swallowed
+                else "; its traceback is printed only once `__exit__` returns, so it never is"
+            ),
+            described,
+        )
+        verdict = f"{rank_label(early.ranks)} left a `with` block early (most likely it raised) and waits in its `__exit__`"
+        entries = ["D20", "D19"] if only_raised and not swallowed else ["D19", "D20"]
         return [Diagnosis(e, evidence) for e in entries], ints(early.ranks), verdict
     for early in groups:
         for busy in groups:
@@ -298,6 +333,14 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             described,
         )
         verdict = f"{rank_label(early.ranks)} returned early and skipped a collective the others wait in"
+        if recursive(busy.state, exit_[2]):
+            evidence = (
+                f"{evidence[0]}; {exit_[2]}() calls itself and that return is where its recursion "
+                "ends: the depth, and the number of collectives, follow each rank's own data",
+                described,
+            )
+            verdict = f"{rank_label(early.ranks)} ended a recursion with a collective at each level sooner"
+            return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], ints(early.ranks), verdict
         return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], ints(early.ranks), verdict
     for ahead in groups:
         for waiting in groups:
@@ -357,6 +400,23 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             )
             return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], _fewer(odd, groups), verdict
         return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], _fewer(odd, groups), verdict
+    guarded = _first_pair(groups, conditional_only)
+    if guarded:
+        odd, other, (line, header, drifts) = guarded
+        evidence = (
+            f"{_waits_at(odd)}, reached through `{header}` (line {line}); {rank_label(other.ranks)} "
+            f"{other.state.describe()}, on a path with no such test: the ranks' tests differed"
+            + (
+                ", and it reads a running count each rank keeps of its own (a step or token counter), "
+                "which the ranks cross at different steps"
+                if drifts
+                else ""
+            ),
+            described,
+        )
+        verdict = f"{rank_label(odd.ranks)} is in a collective only some ranks reach (`{header}`)"
+        entries = ["D19", "D21"] if drifts or RANDOM_DRAW.search(header) else ["D21", "D19"]
+        return [Diagnosis(e, evidence) for e in entries], _fewer(odd, groups), verdict
     sizes = Counter(len(g.ranks) for g in groups)
     largest = max(len(g.ranks) for g in groups)
     odd_ranks = (
