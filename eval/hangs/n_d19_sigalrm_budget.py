@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-BUDGET_S = float(os.environ.get("TIME_BUDGET_S", "4"))
+BUDGET_S = float(os.environ.get("TIME_BUDGET_S", "6"))
 
 model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
 
@@ -46,7 +46,7 @@ def main() -> None:
     if rank == 0:
         with open(os.path.join(tempfile.gettempdir(), "run-config.json"), "w") as f:
             json.dump({"budget_s": BUDGET_S, "world": world}, f)
-        time.sleep(1.5)  # also syncs the config to shared storage
+        time.sleep(3.0)  # also syncs the config to shared storage
     signal.signal(signal.SIGALRM, on_budget)
     signal.setitimer(signal.ITIMER_REAL, BUDGET_S)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
