@@ -9,8 +9,11 @@ a `continue` / `break` or a swallowed exception that jumped over the others' col
 skip (D19); a collective reached through a retry loop (`try` in a loop, its `except` going round
 again) is issued once more on that rank (D19); one inside an `except` clause runs only on the
 ranks that raised (D21); a collective reached through an `if` or a loop the other ranks passed
-without entering is a collective under control flow that differs across ranks (D21); otherwise a
-desync (D19). The odd ranks out are the side that took the other path, or the rest where they are fewer.
+without entering is a collective under control flow that differs across ranks (D21; D19 where the
+test reads a random draw or a running count of the rank's own); otherwise a desync (D19). A
+collective in a signal handler runs wherever the signal landed (D19); a rank in the `__exit__` of
+a `with` whose body the others are in left that body first (D20 by an exception, D19 where it is
+swallowed); the base case of a recursion with a collective per level ends it sooner (D19). The odd ranks out are the side that took the other path, or the rest where they are fewer.
 """
 
 from __future__ import annotations
@@ -136,6 +139,16 @@ def _waits_at(group: Group) -> str:
     return f"{rank_label(group.ranks)} waits in {group.state.collective}() at {where}"
 
 
+def _left_first(early: Group, busy: Group, block: str) -> str:
+    """`early` waits in the closing part of `block` (a `finally`, an `__exit__`) whose body `busy`
+    is still in."""
+    are = "is" if len(busy.ranks) == 1 else "are"
+    return (
+        f"{_waits_at(early)}, in {block} whose body {rank_label(busy.ranks)} {are} still in "
+        f"({busy.state.describe()}): {rank_label(early.ranks)} left that body first, "
+    )
+
+
 def _first_pair(
     groups: tuple[Group, ...], test: Callable[[RankState, RankState], T | None]
 ) -> tuple[Group, Group, T] | None:
@@ -230,9 +243,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
     if thrown:
         early, busy, (start, final, only_raised) = thrown
         evidence = (
-            f"{_waits_at(early)}, in the `finally` (line {final}) of the `try` at line {start} whose body "
-            f"{rank_label(busy.ranks)} {'is' if len(busy.ranks) == 1 else 'are'} still in "
-            f"({busy.state.describe()}): {rank_label(early.ranks)} left that body first, "
+            _left_first(early, busy, f"the `finally` (line {final}) of the `try` at line {start}")
             + (
                 "by an exception (the loops in it run as many times on every rank)"
                 if only_raised
@@ -250,9 +261,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
     if exited:
         early, busy, (line, only_raised, swallowed) = exited
         evidence = (
-            f"{_waits_at(early)}, in the `__exit__` of the `with` at line {line} whose body "
-            f"{rank_label(busy.ranks)} {'is' if len(busy.ranks) == 1 else 'are'} still in "
-            f"({busy.state.describe()}): {rank_label(early.ranks)} left that body first, "
+            _left_first(early, busy, f"the `__exit__` of the `with` at line {line}")
             + ("by an exception" if only_raised else "by an exception, a jump or running out of data")
             + (
                 ", which is then swallowed (by the manager or an `except` around the `with`): the "
