@@ -4,9 +4,10 @@ by bench/bench_hang_unseen.py --dump): py-spy's dumps of every rank that runs, t
 from __future__ import annotations
 
 from tests.core.hang.test_hang_unseen_stacks import _job, _rank, _says
-from triage.core.hang.analyse import analyse
+from triage.core.hang.analyse import HangPicture, analyse
 from triage.core.hang.classify import RankState
 from triage.core.hang.source_context import line_context
+from triage.core.hang.stacks import Frame, RankSample
 
 SPAWN = "torch.multiprocessing.spawn"
 
@@ -116,3 +117,48 @@ def test_the_other_held_out_jobs_of_session_10_read_right() -> None:
         assert (picture.diagnoses[0].entry, picture.suspect_ranks) == (entry, suspects), (job, _says(picture))
     never = analyse([_rank("n_d1_config_file_init", 0, 4, RankState.NO_LAUNCHER)])
     assert never.diagnoses[0].entry == "D1" and never.suspect_ranks == (1, 2, 3), _says(never)
+
+
+LIB = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+SCRIPT = "/job/train.py"
+SYNCED = """\
+import torch.distributed as dist
+
+class sync:
+    def __exit__(self, kind, err, tb):
+        dist.barrier()
+
+def main(model):
+    for step in range(100):
+        with sync():
+            loss = model(step)
+            dist.all_reduce(loss)
+"""
+
+
+def _in_with(source: str, exit_line: int, with_line: int, body_line: int) -> HangPicture:
+    def sample(rank: int, *frames: Frame) -> RankSample:
+        contexts = {f.where(): line_context(source, f.line) for f in frames if f.file == SCRIPT}
+        return RankSample(
+            pid=100 + rank, host="n1", rank=rank, world_size=2, frames=frames, contexts=contexts
+        )
+
+    leaving = sample(
+        1,
+        Frame("barrier", LIB, 5356),
+        Frame("sync.__exit__", SCRIPT, exit_line),
+        Frame("main", SCRIPT, with_line),
+    )
+    return analyse([sample(0, Frame("all_reduce", LIB, 3252), Frame("main", SCRIPT, body_line)), leaving])
+
+
+def test_an_exception_that_nothing_swallows_past_a_with_is_a_crash() -> None:
+    picture = _in_with(SYNCED, 5, 9, 11)
+    assert [d.entry for d in picture.diagnoses][:2] == ["D20", "D19"], _says(picture)
+    assert picture.suspect_ranks == (1,)
+    caught = SYNCED.replace("        with sync():\n", "        try:\n          with sync():\n").replace(
+        "            dist.all_reduce(loss)\n",
+        "            dist.all_reduce(loss)\n        except ValueError:\n            pass\n",
+    )
+    picture = _in_with(caught, 5, 10, 12)
+    assert [d.entry for d in picture.diagnoses][:2] == ["D19", "D20"], _says(picture)
