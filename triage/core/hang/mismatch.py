@@ -9,8 +9,11 @@ a `continue` / `break` or a swallowed exception that jumped over the others' col
 skip (D19); a collective reached through a retry loop (`try` in a loop, its `except` going round
 again) is issued once more on that rank (D19); one inside an `except` clause runs only on the
 ranks that raised (D21); a collective reached through an `if` or a loop the other ranks passed
-without entering is a collective under control flow that differs across ranks (D21); otherwise a
-desync (D19). The odd ranks out are the side that took the other path, or the rest where they are fewer.
+without entering is a collective under control flow that differs across ranks (D21; D19 where the
+test reads a random draw or a running count of the rank's own); otherwise a desync (D19). A
+collective in a signal handler runs wherever the signal landed (D19); a rank in the `__exit__` of
+a `with` whose body the others are in left that body first (D20 by an exception, D19 where it is
+swallowed); the base case of a recursion with a collective per level ends it sooner (D19). The odd ranks out are the side that took the other path, or the rest where they are fewer.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import TypeVar
 from triage.core.hang.classify import RankState
 from triage.core.hang.paths import (
     branch_only,
+    conditional_only,
     context,
     how_skipped,
     in_handler,
@@ -31,9 +35,12 @@ from triage.core.hang.paths import (
     left_early,
     past_loop,
     raised_through,
+    recursive,
     retried,
     returned_early,
+    signalled,
     skipped_iteration,
+    unwound,
 )
 
 T = TypeVar("T")
@@ -132,6 +139,16 @@ def _waits_at(group: Group) -> str:
     return f"{rank_label(group.ranks)} waits in {group.state.collective}() at {where}"
 
 
+def _left_first(early: Group, busy: Group, block: str) -> str:
+    """`early` waits in the closing part of `block` (a `finally`, an `__exit__`) whose body `busy`
+    is still in."""
+    are = "is" if len(busy.ranks) == 1 else "are"
+    return (
+        f"{_waits_at(early)}, in {block} whose body {rank_label(busy.ranks)} {are} still in "
+        f"({busy.state.describe()}): {rank_label(early.ranks)} left that body first, "
+    )
+
+
 def _first_pair(
     groups: tuple[Group, ...], test: Callable[[RankState, RankState], T | None]
 ) -> tuple[Group, Group, T] | None:
@@ -195,6 +212,18 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
     stored = _store_crossed(groups, described)
     if stored is not None:
         return stored
+    handled = [(g, signalled(g.state)) for g in groups]
+    if any(h for _, h in handled) and not all(h for _, h in handled):
+        odd, (frame, sig) = next((g, h) for g, h in handled if h)
+        evidence = (
+            f"{_waits_at(odd)}, inside {frame.function}(), the {sig} handler (line {frame.line}): a "
+            "handler runs wherever the main thread is when the signal lands, so its collective comes "
+            "at a different point of each rank's sequence (and a rank blocked in a collective runs "
+            "its own handler only once that collective returns)",
+            described,
+        )
+        verdict = f"{rank_label(odd.ranks)} issued a collective from a signal handler ({sig})"
+        return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], ints(odd.ranks), verdict
     branch = _rank_branch(groups)
     if branch is not None:
         odd, (file, line, test) = branch
@@ -214,9 +243,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
     if thrown:
         early, busy, (start, final, only_raised) = thrown
         evidence = (
-            f"{_waits_at(early)}, in the `finally` (line {final}) of the `try` at line {start} whose body "
-            f"{rank_label(busy.ranks)} {'is' if len(busy.ranks) == 1 else 'are'} still in "
-            f"({busy.state.describe()}): {rank_label(early.ranks)} left that body first, "
+            _left_first(early, busy, f"the `finally` (line {final}) of the `try` at line {start}")
             + (
                 "by an exception (the loops in it run as many times on every rank)"
                 if only_raised
@@ -229,6 +256,23 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             f"{rank_label(early.ranks)} left a `try` early (most likely it raised) and waits in its `finally`"
         )
         entries = ["D20", "D9"] if only_raised else ["D9", "D20"]
+        return [Diagnosis(e, evidence) for e in entries], ints(early.ranks), verdict
+    exited = _first_pair(groups, unwound)
+    if exited:
+        early, busy, (line, only_raised, swallowed) = exited
+        evidence = (
+            _left_first(early, busy, f"the `__exit__` of the `with` at line {line}")
+            + ("by an exception" if only_raised else "by an exception, a jump or running out of data")
+            + (
+                ", which is then swallowed (by the manager or an `except` around the `with`): the "
+                "rank goes on past collectives the others are still in"
+                if swallowed
+                else "; its traceback is printed only once `__exit__` returns, so it never is"
+            ),
+            described,
+        )
+        verdict = f"{rank_label(early.ranks)} left a `with` block early (most likely it raised) and waits in its `__exit__`"
+        entries = ["D20", "D19"] if only_raised and not swallowed else ["D19", "D20"]
         return [Diagnosis(e, evidence) for e in entries], ints(early.ranks), verdict
     for early in groups:
         for busy in groups:
@@ -298,6 +342,14 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             described,
         )
         verdict = f"{rank_label(early.ranks)} returned early and skipped a collective the others wait in"
+        if recursive(busy.state, exit_[2]):
+            evidence = (
+                f"{evidence[0]}; {exit_[2]}() calls itself and that return is where its recursion "
+                "ends: the depth, and the number of collectives, follow each rank's own data",
+                described,
+            )
+            verdict = f"{rank_label(early.ranks)} ended a recursion with a collective at each level sooner"
+            return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], ints(early.ranks), verdict
         return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], ints(early.ranks), verdict
     for ahead in groups:
         for waiting in groups:
@@ -357,6 +409,23 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             )
             return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], _fewer(odd, groups), verdict
         return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], _fewer(odd, groups), verdict
+    guarded = _first_pair(groups, conditional_only)
+    if guarded:
+        odd, other, (line, header, drifts) = guarded
+        evidence = (
+            f"{_waits_at(odd)}, reached through `{header}` (line {line}); {rank_label(other.ranks)} "
+            f"{other.state.describe()}, on a path with no such test: the ranks' tests differed"
+            + (
+                ", and it reads a running count each rank keeps of its own (a step or token counter), "
+                "which the ranks cross at different steps"
+                if drifts
+                else ""
+            ),
+            described,
+        )
+        verdict = f"{rank_label(odd.ranks)} is in a collective only some ranks reach (`{header}`)"
+        entries = ["D19", "D21"] if drifts or RANDOM_DRAW.search(header) else ["D21", "D19"]
+        return [Diagnosis(e, evidence) for e in entries], _fewer(odd, groups), verdict
     sizes = Counter(len(g.ranks) for g in groups)
     largest = max(len(g.ranks) for g in groups)
     odd_ranks = (

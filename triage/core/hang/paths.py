@@ -288,3 +288,61 @@ def in_handler(odd: RankState, other: RankState) -> tuple[int, str] | None:
         ),
         None,
     )
+
+
+def unwound(early: RankState, busy: RankState) -> tuple[int, bool, bool] | None:
+    """`early` waits in the `__exit__` of a context manager (called from the `with` line where
+    the two paths part) whose body `busy` is still in: it left that body first, by an exception
+    the manager holds back until its collective returns, by a jump, or by running out of data.
+    As (the `with` line, whether an exception is all that is left: no `return` / `break` /
+    `continue` in the body and no loop over the data `busy` is in there, whether that exception
+    is swallowed: by the manager, or by an `except` around the `with` that goes on)."""
+    parted = parting(early, busy)
+    if parted is None:
+        return None
+    e_line, e_ctx, b_line, _, depth = parted
+    managed = e_ctx.managed
+    if managed is None or e_line != managed[0] or not managed[1] <= b_line <= managed[2]:
+        return None
+    inner = _outermost_first(early)[depth + 1 : depth + 2]
+    # A class's `__exit__`, or a @contextmanager generator past its `yield` (in its `finally`).
+    if not inner or not (inner[0][0].function.endswith("exit__") or inner[0][1].final is not None):
+        return None
+    loops = _busy_loops(early, busy)
+    only_raised = not e_ctx.managed_jumps and all(_counted(h) or not data_header(h) for _, _, h, _ in loops)
+    return managed[0], only_raised, inner[0][1].suppresses or e_ctx.swallowed is not None
+
+
+def signalled(state: RankState) -> tuple[Frame, str] | None:
+    """The frame of `state`'s path that runs a signal handler, with the signal's name."""
+    return next(((f, c.signal_handler) for f, c in state.path if c is not None and c.signal_handler), None)
+
+
+def conditional_only(a: RankState, b: RankState) -> tuple[int, str, bool] | None:
+    """An `if` on `a`'s path past where it parts from `b`'s (around a's line there, or in a
+    function a called from it), where `b`'s path past that point goes through loops at most: a's
+    collective is the conditional one, issued on the ranks whose test held. As (the `if` line,
+    its header, whether its test reads a running count the rank keeps itself)."""
+    parted = parting(a, b)
+    if parted is None:
+        return None
+    a_line, a_ctx, b_line, b_ctx, depth = parted
+
+    def ifs(
+        ctx: LineContext, other_line: int, deeper: list[tuple[Frame, LineContext]]
+    ) -> list[tuple[tuple[int, int, str], LineContext]]:
+        found = [(blk, ctx) for blk in _own_blocks(ctx, other_line) if blk[2].startswith("if ")]
+        for _, c in deeper:
+            found += [(blk, c) for blk in c.blocks if blk[2].startswith("if ")]
+        return found
+
+    mine = ifs(a_ctx, b_line, _outermost_first(a)[depth + 1 :])
+    if not mine or ifs(b_ctx, a_line, _outermost_first(b)[depth + 1 :]):
+        return None
+    (line, _, header), ctx = mine[-1]
+    return line, header, line in ctx.drifting
+
+
+def recursive(state: RankState, function: str) -> bool:
+    """Whether `function` runs more than once on `state`'s path (it calls itself)."""
+    return sum(1 for f, _ in state.path if f.function == function) > 1

@@ -196,6 +196,63 @@ def _store_call(code: str, source: str) -> str:
     return found.group(2) if "store" in receiver.lower() or bound else ""
 
 
+def _managed(chain: list[ast.AST], line: int) -> tuple[tuple[int, int, int] | None, bool]:
+    """The `with` whose header holds `line` (not its body): (its line, body's first line, body's
+    last line), and whether its body has a `return` / `break` / `continue` of its own."""
+    node = next((n for n in reversed(chain) if isinstance(n, ast.With | ast.AsyncWith)), None)
+    if node is None or not node.body or any(_contains(s, line) for s in node.body):
+        return None, False
+    jumps = any(isinstance(n, ast.Return | ast.Break | ast.Continue) for s in node.body for n in ast.walk(s))
+    return (node.lineno, node.body[0].lineno, _span(node.body[-1])[1]), jumps
+
+
+# `signal.signal(signal.SIGTERM, handler)`, `signal(SIGUSR1, self.on_usr1)`, asyncio's
+# `loop.add_signal_handler(signal.SIGINT, stop)`.
+_SIGNAL_SET = re.compile(
+    r"\b(?:signal|add_signal_handler)\(\s*(?:signal\.)?(?P<sig>SIG\w+)\s*,\s*(?:[\w.]*\.)?(?P<fn>\w+)"
+)
+
+
+def _signal_handler(source: str, function: str) -> str:
+    """The signal `function` is installed for in `source` (as its handler), or ''."""
+    return next((m.group("sig") for m in _SIGNAL_SET.finditer(source) if m.group("fn") == function), "")
+
+
+def _drifting(chain: list[ast.AST], line: int) -> tuple[int, ...]:
+    """The `if`s around `line` in its own function whose test reads a name that function adds to
+    (`count += n`, `self.seen += n`): a running count of the rank's own."""
+    start = _own_function(chain)
+    function = chain[start - 1] if start else None
+    if function is None:
+        return ()
+    counted = {
+        ast.unparse(n.target)
+        for n in ast.walk(function)
+        if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)
+    }
+    return tuple(
+        n.lineno
+        for n in chain[start:]
+        if isinstance(n, ast.If)
+        and _in_body(n, line)
+        and any(
+            ast.unparse(x) in counted for x in ast.walk(n.test) if isinstance(x, ast.Name | ast.Attribute)
+        )
+    )
+
+
+def _suppresses(chain: list[ast.AST]) -> bool:
+    """Whether the line's function is an `__exit__` with a `return` of a true constant."""
+    start = _own_function(chain)
+    node = chain[start - 1] if start else None
+    if not isinstance(node, _FUNCTIONS) or node.name not in ("__exit__", "__aexit__"):
+        return False
+    return any(
+        isinstance(n, ast.Return) and isinstance(n.value, ast.Constant) and bool(n.value.value)
+        for n in ast.walk(node)
+    )
+
+
 def line_context(source: str, line: int) -> LineContext:
     """The context of `line` in `source`; an empty context when the source does not parse."""
     try:
@@ -222,6 +279,7 @@ def line_context(source: str, line: int) -> LineContext:
         index = chain.index(loop_node)
         if any(isinstance(n, _FUNCTIONS) for n in chain[index + 1 :]):
             loop_node = None
+    managed, managed_jumps = _managed(chain, line)
     return LineContext(
         function=function,
         code=code,
@@ -236,4 +294,9 @@ def line_context(source: str, line: int) -> LineContext:
         skips=_skips(loop_node, source) if loop_node is not None else (),
         final=_final(chain, line),
         store_call=_store_call(code, source),
+        managed=managed,
+        managed_jumps=managed_jumps,
+        suppresses=_suppresses(chain),
+        signal_handler=_signal_handler(source, function) if function != "<module>" else "",
+        drifting=_drifting(chain, line),
     )

@@ -57,6 +57,20 @@ class LineContext:
     # c10d store (TCPStore, FileStore, PrefixStore, the default group's store): a wait for a key
     # another rank sets, issued from C++ with no Python frame under the line.
     store_call: str = ""
+    # The `with` statement whose header is the line (a rank there runs its manager's `__enter__` or
+    # `__exit__`), as (the `with` line, its body's first line, its body's last line), and whether
+    # that body holds a `return` / `break` / `continue` (other ways than an exception to leave it).
+    managed: tuple[int, int, int] | None = None
+    managed_jumps: bool = False
+    # The line's function is a context manager's `__exit__` that returns a true value: it
+    # swallows the exception of the `with` body it closes.
+    suppresses: bool = False
+    # The signal the line's function is installed for (`signal.signal(signal.SIGALRM, on_budget)`):
+    # it runs wherever the main thread is when the signal lands, at a different point on each rank.
+    signal_handler: str = ""
+    # The `if`s around the line (own function) whose test reads a running count the function keeps
+    # itself (`tokens_seen += ...`): each rank's count is its own, so the ranks cross it apart.
+    drifting: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
