@@ -54,9 +54,16 @@ def test_reports_are_train_items_and_no_test_item_enters_the_index(kb: Knowledge
     phrases = index_for(kb).data["phrases"]
     assert isinstance(phrases, dict)
     indexed = {p for ps in phrases.values() for p in ps}
+
+    def terms_of(text: str) -> str:
+        return " ".join(sorted(set(normalizer.tokens(text)[:REPORT_TERMS])))
+
+    # a short report may read as the very same few terms as a train one (two Chinese reports whose
+    # only known words are "lr", "multigpu" and "singlegpu"): that phrasing is the train report's
+    train_terms = {terms_of(t) for t in train}
     for text in test_only:
-        terms = " ".join(sorted(set(normalizer.tokens(text)[:REPORT_TERMS])))
-        assert not terms or terms not in indexed or _is_also_a_symptom(kb, terms), text[:80]
+        terms = terms_of(text)
+        assert not terms or terms not in indexed or terms in train_terms or _is_also_a_symptom(kb, terms), text[:80]
 
 
 def _is_also_a_symptom(kb: KnowledgeBase, terms: str) -> bool:
