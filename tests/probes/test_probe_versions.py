@@ -174,7 +174,8 @@ def test_cuda_wheel_nccl_is_the_pip_distribution_torch_requires(
 @pytest.mark.slow  # imports torch in a child process
 def test_cuda_build_without_pip_nccl_falls_back_to_importing_torch_in_a_child(shadow: Any) -> None:
     site = shadow("12.4")  # no dist-info: a source or conda build, whose NCCL no metadata names
-    probe, did = audited("probe", "versions", site=site)
+    # a generous bound: on a loaded machine the child's `import torch` alone took past the default 10 s
+    probe, did = audited("probe", "versions", "--timeout", "40", site=site)
     facts = probe["facts"]
     assert facts["versions.cuda"] == "12.4"  # torch.version.cuda, as the imported torch reports it
     assert facts["versions.torch"] == importlib.metadata.version("torch")
