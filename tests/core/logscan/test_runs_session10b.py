@@ -6,7 +6,7 @@ import pytest
 
 from tests.core.logscan.test_runs_outputs import _item
 from tests.log_paste import verdict_for
-from triage.core.logscan.blocks import RankReader
+from triage.core.logscan.blocks import RankReader, mismatch
 from triage.core.logscan.transport import transport_wait
 from triage.core.model import KnowledgeBase
 
@@ -59,3 +59,15 @@ def test_other_errors_under_the_users_line_name_no_wait() -> None:
     assert 1 not in _read(_USER_WAIT, "Operation timed out!").waits
     assert transport_wait("Timed out waiting 3000ms for recv operation to complete") == "recv"
     assert transport_wait("Connection closed by peer [127.0.0.1]:30402") is None
+
+
+def test_a_send_and_a_recv_on_p2p_handles_are_a_pair_that_never_matches() -> None:
+    reader = RankReader()
+    for rank, op in ((0, "send"), (1, "recv")):
+        for number, line in enumerate(_USER_WAIT, 10 * rank + 1):
+            reader.feed(0, number, rank, line)
+        reader.exception(
+            0, 10 * rank + 5, rank, "RuntimeError", f"Timed out waiting 5000ms for {op} operation to complete"
+        )
+    pair = mismatch(reader.waits)
+    assert pair is not None and {pair[0].collective, pair[1].collective} == {"send", "recv"}
