@@ -82,6 +82,14 @@ EXTRA: dict[str, str] = {
     "sampler_before_init.py": "cpp-info",
     "init_twice_helper.py": "cpp-info",
     "gather_list_every_rank.py": "detail",
+    # session 10b (written before the engine was read)
+    "zero_consolidate_rank0.py": "tee",
+    "fsdp_state_dict_rank0.py": "loglevel-info",
+    "skip_bad_batch_rank1.py": "tee",
+    "batch_p2p_wrap_send.py": "detail",
+    "device_mesh_shape_world.py": "cpp-info",
+    "launch_arg_local_rank_torchrun.py": "loglevel-info",
+    "restart_same_error.py": "loglevel-info",
 }
 # Variables that would make a run look launched or change torch's output (as triage.repro scrubs).
 _SCRUB = (

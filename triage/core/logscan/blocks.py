@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from triage.core.logscan.prefixes import split_prefix
+from triage.core.logscan.transport import transport_wait
 
 MAX_BLOCKS = 400  # blocks kept in full; later ones only update the per-rank wait points
 
@@ -140,12 +141,17 @@ class RankReader:
             return
         self._wait_lines(source, number, rank, body)
 
-    def exception(self, source: int, number: int, rank: int | None, name: str = "") -> Block | None:
-        """An exception line (of class `name`) ends the rank's open traceback; returns that block."""
+    def exception(
+        self, source: int, number: int, rank: int | None, name: str = "", message: str = ""
+    ) -> Block | None:
+        """An exception line (of class `name`, saying `message`) ends the rank's open traceback;
+        returns that block."""
         block = self._open.pop((source, rank), None)
         if block is None:
             return None
         block.exception_line = number
+        if block.collective is None and block.user_frame is not None:
+            block.collective = transport_wait(message)  # a wait on a p2p handle (transport.py)
         block.refused = block.raised_by_torch and name in CHECK_CLASSES
         self._keep(block)
         return block

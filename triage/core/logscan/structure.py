@@ -236,7 +236,7 @@ class Structure:
                 and name not in _LAUNCHER_EXCEPTIONS
             ):
                 self._message_next[source] = (number, rank, name)
-            block = self.reader.exception(source, number, rank, name)
+            block = self.reader.exception(source, number, rank, name, exception["msg"] or "")
             if not matched and name != _SPAWN_WRAPPER:
                 collective = block.collective if block is not None and block.collective else ""
                 refused = block is not None and block.refused
