@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 
 from triage.core.hang.classify import JOINING, RankState, classify, in_distributed
 from triage.core.hang.drift import drifted
+from triage.core.hang.hooks import interpreter_order
+from triage.core.hang.locks import lock_cycle
 from triage.core.hang.mismatch import (
     GROUPS_WHY,
     POINT_TO_POINT,
@@ -146,7 +148,7 @@ def analyse(samples: list[RankSample], records: Sequence[RankRecord] = ()) -> Ha
         picture = _fewer_spawned(analyse_states(states, asked, _spawned_slots(samples, asked)), asked)
     else:
         picture = _never_started(analyse_states(states, world, visible_slots(samples, world)), asked)
-    return with_records(drifted(_extra_thread(picture, samples), samples), read, records)
+    return with_records(drifted(lock_cycle(_extra_thread(picture, samples), samples), samples), read, records)
 
 
 def _spawned_slots(samples: Sequence[RankSample], world: int) -> int:
@@ -338,7 +340,7 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
     if others:
         diagnoses, suspects, verdict = _straggler(waiting, others)
     elif len(waiting) > 1:
-        diagnoses, suspects, verdict = mismatch(tuple(waiting))
+        diagnoses, suspects, verdict = interpreter_order(tuple(waiting)) or mismatch(tuple(waiting))
     else:
         only = waiting[0].state
         who = (
