@@ -11,7 +11,9 @@ from tests.core.hang.test_hang_unseen_stacks import _job, _rank, _says
 from triage.core.hang.analyse import analyse
 from triage.core.hang.classify import RankState
 from triage.core.hang.hooks import _SET_LOOP
+from triage.core.hang.locks import read_threads
 from triage.core.hang.source_context import line_context
+from triage.core.hang.stacks import Frame, ThreadStack
 
 SPAWN = "torch.multiprocessing.spawn"
 
@@ -109,3 +111,18 @@ def test_a_lock_wait_on_one_rank_only_is_a_straggler() -> None:
 def test_the_batch_s_other_jobs_read_as_before(job: str, entry: str, odd: tuple[int, ...]) -> None:
     picture = _job(job)
     assert picture.diagnoses[0].entry == entry and picture.suspect_ranks == odd, _says(picture)
+
+
+def test_the_probe_keeps_threads_in_a_collective_or_blocked_on_the_user_s_own_line() -> None:
+    user = Frame("snapshot", "/job/train.py", 33)
+    library = Frame("Queue.get", "/usr/lib/python3.11/queue.py", 171)
+    collective = Frame(
+        "all_reduce", "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 1
+    )
+    threads = [
+        ThreadStack("on a lock", (user,)),
+        ThreadStack("in a collective", (collective, user)),
+        ThreadStack("in the library", (library, user)),
+        ThreadStack("computing", (user,), active=True),
+    ]
+    assert [t.name for t in read_threads(threads)] == ["on a lock", "in a collective"]

@@ -14,15 +14,26 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from triage.core.hang.classify import in_distributed, user_frame
+from triage.core.hang.classify import in_distributed, is_library, user_frame
 from triage.core.hang.mismatch import Diagnosis, rank_label
-from triage.core.hang.stacks import Frame, RankSample
+from triage.core.hang.stacks import Frame, RankSample, ThreadStack
 
 if TYPE_CHECKING:
     from triage.core.hang.analyse import HangPicture
 
 # `with state_lock:`, `with self._mutex:`, `lock.acquire()`, `with cond:` over a threading.Condition.
 _LOCKED = re.compile(r"^with\b.*\b\w*(?:lock|mutex|cond|semaphore)\w*\b.*:|\.acquire\(", re.IGNORECASE)
+
+
+def read_threads(threads: Sequence[ThreadStack]) -> tuple[ThreadStack, ...]:
+    """The threads of a rank (besides its main thread) the analysis reads: those in a collective,
+    and those blocked on a line of the user's own code (a lock taken there: `with state_lock:`),
+    which may hold up a collective of another thread."""
+    return tuple(
+        t
+        for t in threads
+        if in_distributed(t.frames) or (not t.active and t.frames and not is_library(t.frames[0].file))
+    )
 
 
 def _stacks(sample: RankSample) -> list[tuple[Frame, ...]]:
