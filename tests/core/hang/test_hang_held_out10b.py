@@ -57,6 +57,7 @@ def test_a_rank_in_an_exit_hook_while_the_others_train_raised() -> None:
         ("import atexit\n@atexit.register\ndef report():\n    dist.barrier()\n", "atexit"),
         ("class S:\n    def report(self):\n        dist.barrier()\natexit.register(s.report)\n", "atexit"),
         ("def report():\n    dist.barrier()\nreport()\n", ""),
+        ("def flush():\n    dist.barrier()\nweakref.finalize(writer, flush)\n", "__del__"),
     ],
 )
 def test_exit_hooks_are_read_from_their_registration(source: str, hook: str) -> None:

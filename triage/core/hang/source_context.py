@@ -218,10 +218,10 @@ def _signal_handler(source: str, function: str) -> str:
     return next((m.group("sig") for m in _SIGNAL_SET.finditer(source) if m.group("fn") == function), "")
 
 
-# `atexit.register(summary.report)`, `@atexit.register` over the `def`, `weakref.finalize(obj, fn)`.
-_AT_EXIT = re.compile(
-    r"\batexit\.register\(\s*(?:[\w.]*\.)?(?P<fn>\w+)|\bfinalize\(\s*[^,()]+,\s*(?:[\w.]*\.)?(?P<fin>\w+)"
-)
+# `atexit.register(summary.report)` (`@atexit.register` over the `def` is read from the tree), and
+# `weakref.finalize(obj, fn)`: `fn` is a finalizer, as a `__del__` is.
+_AT_EXIT = re.compile(r"\batexit\.register\(\s*(?:[\w.]*\.)?(?P<fn>\w+)")
+_FINALIZE = re.compile(r"\bfinalize\(\s*[^,()]+,\s*(?:[\w.]*\.)?(?P<fn>\w+)")
 
 
 def _run_by_interpreter(tree: ast.AST, chain: list[ast.AST], source: str, function: str) -> tuple[str, str]:
@@ -243,7 +243,9 @@ def _run_by_interpreter(tree: ast.AST, chain: list[ast.AST], source: str, functi
         and "atexit.register" in map(ast.unparse, n.decorator_list)
         for n in chain
     )
-    named = any(function in (m.group("fn"), m.group("fin")) for m in _AT_EXIT.finditer(source))
+    if any(m.group("fn") == function for m in _FINALIZE.finditer(source)):
+        return "__del__", ""
+    named = any(m.group("fn") == function for m in _AT_EXIT.finditer(source))
     return ("atexit" if decorated or named else ""), ""
 
 
