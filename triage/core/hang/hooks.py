@@ -2,8 +2,9 @@
 interpreter decides it.
 
 - A collective in a finalizer (`__del__`, a `weakref.finalize` callback) runs wherever the
-  object's last reference goes: on the ranks that made the object (D21 where it is made under a rank test), at a point of each rank's
-  sequence the others do not share (D19). That rank is the odd one.
+  object's last reference goes: on the ranks that made the object (D21 where it is made under a
+  rank test), at a point of each rank's sequence the others do not share (D19). That rank is the
+  odd one.
 - A collective in an exit hook (`atexit.register`) runs once the rank's main code has ended. While
   the others are still in loops that run as many times on every rank, only an exception ended it
   (D20); in a loop over the data, that rank may have run out of it (D9).
