@@ -1,7 +1,10 @@
 """From every rank's state to the picture of the hang: groups, the odd ranks out, the entries.
 
 The rules read like an engineer comparing eight stacks:
-- ranks waiting in different collectives: a mismatch, read in mismatch.py (D21, D9, D19).
+- ranks waiting in different collectives: a mismatch, read in mismatch.py (D21, D9, D19), or in
+  hooks.py where the interpreter ordered the calls (a finalizer, an exit hook, a loop over a set).
+- every rank with a thread in a collective and another waiting on a lock: a lock held across
+  collectives, won by a different thread on each rank (locks.py, D19).
 - some ranks in a collective, others not: the others are the stragglers; what they do names the
   entry (data loading, a wait, compute: MN3 with P7; gone: D20).
 - every rank in the same collective while the group forms: a partner never arrived (P1, D2, MN2).
