@@ -28,7 +28,7 @@ from probes.hang.discover import (
 from probes.hang.pyspy import StackUnreadable, missing_message, pyspy_binary, sample
 from probes.hang.sources import Sources
 from probes.hang.workers import stuck_worker, waits_on_loader
-from triage.core.hang.classify import in_distributed
+from triage.core.hang.locks import read_threads
 from triage.core.hang.stacks import RankSample
 
 
@@ -72,7 +72,7 @@ def read_rank(
         return replace(identity, error=str(exc), gone=read_proc(proc.pid) is None)
     worker = stuck_worker(list(children), timeout_s, deadline) if waits_on_loader(dump.frames) else None
     worker_pid, worker_frames = worker or (0, ())
-    threads = tuple(t for t in dump.threads if in_distributed(t.frames))
+    threads = read_threads(dump.threads)
     contexts = sources.contexts((*dump.frames, *worker_frames, *(f for t in threads for f in t.frames)))
     rank = identity.rank if identity.rank is not None else dump.rank
     return replace(

@@ -10,6 +10,7 @@ from pathlib import Path
 from probes.hang.pyspy import parse_dump
 from triage.core.hang.analyse import HangPicture, analyse
 from triage.core.hang.classify import classify
+from triage.core.hang.locks import read_threads
 from triage.core.hang.source_context import line_context
 from triage.core.hang.stacks import RankSample
 
@@ -19,6 +20,7 @@ DUMPS = Path(__file__).resolve().parents[2] / "fixtures" / "hang" / "pyspy" / "u
 def _rank(job: str, rank: int, world: int, launcher: str = "torchrun") -> RankSample:
     text = (DUMPS / f"{job}_rank{rank}.json").read_text(encoding="utf-8").replace("{SCRIPTS}", str(DUMPS))
     dump = parse_dump(text, 100 + rank)
+    dump = replace(dump, threads=read_threads(dump.threads))  # the threads the probe keeps
     frames = (*dump.frames, *(f for t in dump.threads for f in t.frames))
     contexts = {
         f.where(): line_context(Path(f.file + ".txt").read_text(encoding="utf-8"), f.line)

@@ -1,7 +1,10 @@
 """From every rank's state to the picture of the hang: groups, the odd ranks out, the entries.
 
 The rules read like an engineer comparing eight stacks:
-- ranks waiting in different collectives: a mismatch, read in mismatch.py (D21, D9, D19).
+- ranks waiting in different collectives: a mismatch, read in mismatch.py (D21, D9, D19), or in
+  hooks.py where the interpreter ordered the calls (a finalizer, an exit hook, a loop over a set).
+- every rank with a thread in a collective and another waiting on a lock: a lock held across
+  collectives, won by a different thread on each rank (locks.py, D19).
 - some ranks in a collective, others not: the others are the stragglers; what they do names the
   entry (data loading, a wait, compute: MN3 with P7; gone: D20).
 - every rank in the same collective while the group forms: a partner never arrived (P1, D2, MN2).
@@ -16,6 +19,8 @@ from dataclasses import dataclass, field, replace
 
 from triage.core.hang.classify import JOINING, RankState, classify, in_distributed
 from triage.core.hang.drift import drifted
+from triage.core.hang.hooks import interpreter_order
+from triage.core.hang.locks import lock_cycle
 from triage.core.hang.mismatch import (
     GROUPS_WHY,
     POINT_TO_POINT,
@@ -146,7 +151,7 @@ def analyse(samples: list[RankSample], records: Sequence[RankRecord] = ()) -> Ha
         picture = _fewer_spawned(analyse_states(states, asked, _spawned_slots(samples, asked)), asked)
     else:
         picture = _never_started(analyse_states(states, world, visible_slots(samples, world)), asked)
-    return with_records(drifted(_extra_thread(picture, samples), samples), read, records)
+    return with_records(drifted(lock_cycle(_extra_thread(picture, samples), samples), samples), read, records)
 
 
 def _spawned_slots(samples: Sequence[RankSample], world: int) -> int:
@@ -338,7 +343,7 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
     if others:
         diagnoses, suspects, verdict = _straggler(waiting, others)
     elif len(waiting) > 1:
-        diagnoses, suspects, verdict = mismatch(tuple(waiting))
+        diagnoses, suspects, verdict = interpreter_order(tuple(waiting)) or mismatch(tuple(waiting))
     else:
         only = waiting[0].state
         who = (

@@ -218,6 +218,37 @@ def _signal_handler(source: str, function: str) -> str:
     return next((m.group("sig") for m in _SIGNAL_SET.finditer(source) if m.group("fn") == function), "")
 
 
+# `atexit.register(summary.report)` (`@atexit.register` over the `def` is read from the tree), and
+# `weakref.finalize(obj, fn)`: `fn` is a finalizer, as a `__del__` is.
+_AT_EXIT = re.compile(r"\batexit\.register\(\s*(?:[\w.]*\.)?(?P<fn>\w+)")
+_FINALIZE = re.compile(r"\bfinalize\(\s*[^,()]+,\s*(?:[\w.]*\.)?(?P<fn>\w+)")
+
+
+def _run_by_interpreter(tree: ast.AST, chain: list[ast.AST], source: str, function: str) -> tuple[str, str]:
+    """How the interpreter runs `function` on its own ("atexit", "__del__" or ""), and for a
+    finalizer the rank test of an `if` (or `x if test else y`) around a call that makes its class."""
+    if function == "__del__":
+        owner = next((n.name for n in reversed(chain) if isinstance(n, ast.ClassDef)), "")
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.If | ast.IfExp) or not RANK_TEST.search(ast.unparse(node.test)):
+                continue
+            body = [*node.body, *node.orelse] if isinstance(node, ast.If) else [node.body, node.orelse]
+            calls = (c for part in body for c in ast.walk(part) if isinstance(c, ast.Call))
+            if owner and any(ast.unparse(c.func).split(".")[-1] == owner for c in calls):
+                return "__del__", ast.get_source_segment(source, node.test) or ast.unparse(node.test)
+        return "__del__", ""
+    decorated = any(
+        isinstance(n, _FUNCTIONS)
+        and n.name == function
+        and "atexit.register" in map(ast.unparse, n.decorator_list)
+        for n in chain
+    )
+    if any(m.group("fn") == function for m in _FINALIZE.finditer(source)):
+        return "__del__", ""
+    named = any(m.group("fn") == function for m in _AT_EXIT.finditer(source))
+    return ("atexit" if decorated or named else ""), ""
+
+
 def _drifting(chain: list[ast.AST], line: int) -> tuple[int, ...]:
     """The `if`s around `line` in its own function whose test reads a name that function adds to
     (`count += n`, `self.seen += n`): a running count of the rank's own."""
@@ -280,6 +311,9 @@ def line_context(source: str, line: int) -> LineContext:
         if any(isinstance(n, _FUNCTIONS) for n in chain[index + 1 :]):
             loop_node = None
     managed, managed_jumps = _managed(chain, line)
+    hook, made_under = (
+        _run_by_interpreter(tree, chain, source, function) if function != "<module>" else ("", "")
+    )
     return LineContext(
         function=function,
         code=code,
@@ -299,4 +333,6 @@ def line_context(source: str, line: int) -> LineContext:
         suppresses=_suppresses(chain),
         signal_handler=_signal_handler(source, function) if function != "<module>" else "",
         drifting=_drifting(chain, line),
+        exit_hook=hook,
+        made_under=made_under,
     )

@@ -71,6 +71,12 @@ class LineContext:
     # The `if`s around the line (own function) whose test reads a running count the function keeps
     # itself (`tokens_seen += ...`): each rank's count is its own, so the ranks cross it apart.
     drifting: tuple[int, ...] = ()
+    # The line's function is run by the interpreter on its own: "atexit" (registered with
+    # `atexit.register`, run once the main code has ended) or "__del__" (a finalizer: `__del__` or a
+    # `weakref.finalize` callback, run wherever the object's last reference goes); for a finalizer, the rank test around the place its
+    # class is made (`if rank == 0: writer = Writer()`), if any.
+    exit_hook: str = ""
+    made_under: str = ""
 
 
 @dataclass(frozen=True)
