@@ -56,7 +56,7 @@ def test_code_whose_frame_the_paste_lost_is_context_not_the_cause(kb: KnowledgeB
     scanner = Scanner(compile_signatures(kb))
     scanner.feed_block(scanner.source("paste"), (DATA / "paste-starts-mid-traceback.log").read_bytes(), 1)
     verdict = decide(scanner.scan, kb)
-    assert [d.entry_id for d in verdict.diagnoses][0] == "E3", verdict.diagnoses
+    assert verdict.diagnoses[0].entry_id == "E3", verdict.diagnoses
     code = [e for e in scanner.scan.events if e.kind == "hit" and "main_process_first(" in e.text]
     assert code and all(e.role == "frame" for e in code)
 
