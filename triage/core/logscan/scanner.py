@@ -30,6 +30,7 @@ from triage.core.logscan.blocks import RankReader
 from triage.core.logscan.flattened import split_flattened
 from triage.core.logscan.patterns import STRUCTURAL_ANCHORS, SignatureSet
 from triage.core.logscan.prefixes import clean, rank_from_path, rank_in_message, split_prefix
+from triage.core.logscan.source_lines import is_source_line
 from triage.core.logscan.structure import OUTSIDE_SIGTERM, SIGTERM_EXIT, UMBRELLA, Found, Structure
 from triage.core.logscan.timestamps import timestamp
 from triage.core.redact import redact_text
@@ -285,6 +286,8 @@ class Scanner:
             role = "frame"
         elif self._frame_at.get((source, rank)) == number - 1 and not _EXCEPTION_LINE.match(body):
             role = "frame"  # the source line a traceback prints under its frame
+        elif is_source_line(body):
+            role = "frame"  # the same, when the paste lost the frame above it
         elif UMBRELLA.search(body):
             role = "umbrella"
         elif _GLOG_INFO.match(body):
