@@ -63,7 +63,9 @@ def test_reports_are_train_items_and_no_test_item_enters_the_index(kb: Knowledge
     train_terms = {terms_of(t) for t in train}
     for text in test_only:
         terms = terms_of(text)
-        assert not terms or terms not in indexed or terms in train_terms or _is_also_a_symptom(kb, terms), text[:80]
+        assert not terms or terms not in indexed or terms in train_terms or _is_also_a_symptom(kb, terms), (
+            text[:80]
+        )
 
 
 def _is_also_a_symptom(kb: KnowledgeBase, terms: str) -> bool:
