@@ -138,6 +138,17 @@ def test_numbers_paths_and_file_lines_are_not_evidence(kb: KnowledgeBase) -> Non
     assert set(noisy) == set(bare)  # "elastic", "agent", "github" would come only from paths
 
 
+def test_a_python_exception_class_is_weak_evidence_and_alone_names_nothing(kb: KnowledgeBase) -> None:
+    index = index_for(kb)
+    generic = query_terms(index, "TypeError KeyError ImportError")[0]
+    assert all(generic[t] <= 0.08 for t in ("typeerror", "keyerror", "importerror")), generic
+    specific = query_terms(index, "DistStoreError")[0]
+    assert specific["diststoreerror"] > 0.08  # torch.distributed's own classes still say which fault
+    # torch's type check on a collective's argument, as a rank printed it: no entry is named
+    text = "TypeError: Invalid function argument. Expected parameter `tensor` of type torch.Tensor"
+    assert rank(kb, text).verdict == "no_match"
+
+
 def test_misspelt_words_still_meet_the_knowledge(kb: KnowledgeBase) -> None:
     match = rank(kb, "distirbuted traning hangs at the end of the epcoh", top=3)
     assert match.best is not None and match.best.entry.id in ("D9", "D22")

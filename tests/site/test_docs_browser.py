@@ -98,6 +98,7 @@ def test_browser_ranking_agrees_with_triage_ask(
         "CUDA error: invalid device ordinal",
         "多机多卡训练卡住了，NCCL超时",  # text without spaces: character pairs (text.py's _cjk_terms)
         "单机多卡住 学習がフリーズする 메모리 부족",
+        "KeyError: 'module.encoder.weight' ImportError TypeError in the state dict",  # one word each
         "",
         "the and of",
     ]

@@ -45,6 +45,14 @@ DOMAIN_SHARE = 0.8  # how much of a term's weight its spread across entries may 
 DOMAIN_OFFSET = 1.0  # the knowledge's prose is about this domain only: its frequencies read this much lower
 DEFAULT_ZIPF = 3.0  # without a background word list every word counts as moderately rare
 PAIR_FACTOR = 1.0  # a pair of adjacent terms weighs this share of its two terms' mean
+# Python's own exception classes say what kind of Python error was raised, not which distributed
+# fault raised it: rare in English and in few entries, they would otherwise weigh like a symptom.
+BUILTIN_EXCEPTIONS = frozenset(
+    """typeerror valueerror runtimeerror attributeerror keyerror indexerror assertionerror importerror
+    modulenotfounderror oserror nameerror notimplementederror filenotfounderror permissionerror
+    zerodivisionerror recursionerror lookuperror ioerror exception baseexception""".split()  # noqa: SIM905
+)
+EXCEPTION_WEIGHT = 0.08  # at most: as much as "runtimeerror", which 43 entries carry
 REPORT_WEIGHT = 0.3  # a labelled report's term counts this much towards its entry (a symptom: 1.0)
 REPORTS_IN_DF = True
 REPORT_TERMS = 60  # a report's first terms only: its lead says what it is about
@@ -182,6 +190,8 @@ def build_index_data(
         return max(english, math.log10(domain[term] / domain_total * 1e9) - DOMAIN_OFFSET)
 
     weight = {t: round(term_weight(background(t), evidence_df[t], count), 4) for t in terms if PAIR not in t}
+    for t in BUILTIN_EXCEPTIONS & weight.keys():  # kinds of Python error, not faults
+        weight[t] = min(weight[t], EXCEPTION_WEIGHT)
     for t in terms:
         if PAIR in t:
             first, second = t.split(PAIR)

@@ -17,15 +17,7 @@ from triage.core.model import KnowledgeBase
         ("gather_list_every_rank.py", "detail"),  # ... and its monitored barrier reports them
         ("broadcast_src_outside_group.py", "default"),  # the group's ranks refused, rank 0 in a barrier
         ("lazy_module_ddp.py", "default"),  # mp.spawn: DDP refuses uninitialised parameters
-        pytest.param(  # all_reduce(None): torch's type check
-            "manual_grad_avg_frozen.py",
-            "default",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="known miss: after session 10's refit (threshold 0.69) the query engine reads "
-                "the TypeError's words as E14's at 0.694, a description's score",
-            ),
-        ),
+        ("manual_grad_avg_frozen.py", "default"),  # all_reduce(None): torch's type check
     ],
 )
 def test_a_call_torch_refused_is_no_diverged_rank(kb: KnowledgeBase, script: str, setting: str) -> None:
