@@ -9,12 +9,15 @@ Launch: torchrun 3
 Held out: session 11
 
 `writer_rank()` is `(samples_seen // 2000) % world`. Every rank skips the batches whose sequences
-are all padding;
-rank 2's shard has a few more of those, so its count is behind, and after the fifth epoch ranks 0
-and 1 name rank 0 as the writer while rank 2 names itself. Rank 0 waits to receive rank 2's
+are all padding; rank
+2's shard has a few more of those, so its count is behind, and after the fifth epoch ranks 0 and 1
+name rank 0 as the writer while rank 2 names itself. Rank 0 waits to receive rank 2's
 predictions, rank 2 (a writer too, it thinks) waits to receive the others', and rank 1, its send
 done, waits in the barrier after the evaluation.
 """
+
+import os
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -49,7 +52,7 @@ def main() -> None:
         bucket = [torch.empty_like(preds) for _ in range(world)] if rank == dst else None
         dist.gather(preds, bucket, dst=dst)
         if rank == dst:
-            torch.save(torch.cat(bucket), f"preds_epoch{epoch}.pt")  # type: ignore[arg-type]
+            torch.save(torch.cat(bucket), os.path.join(tempfile.gettempdir(), f"preds{epoch}.pt"))  # type: ignore[arg-type]
         dist.barrier()
         if rank == 0:
             print(f"epoch {epoch}: predictions written by rank {dst}", flush=True)

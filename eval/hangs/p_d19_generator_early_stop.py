@@ -10,12 +10,14 @@ Held out: session 11
 
 `train_steps()` runs forward, backward and the gradient all_reduce, then yields the step's loss so
 the caller can validate and log between steps. Each rank validates on its own slice of the
-validation set and never reduces the score; rank 1's slice holds only easy samples, so its score
-stops improving first and, after `patience` checks, its `for` loop breaks (the generator is left
-suspended at its `yield`). Rank 1 waits in the barrier before saving; ranks 0 and 2 wait in the
+validation set and never reduces the score; rank 1's slice holds the samples whose labels were
+lost (filled with noise), so its score never improves and, after `patience` checks, its `for`
+loop breaks (the generator is left suspended at its `yield`). Rank 1 waits in the barrier before saving; ranks 0 and 2 wait in the
 gradient all_reduce of the next step inside the generator.
 """
 
+import os
+import tempfile
 from collections.abc import Iterator
 
 import torch
@@ -40,8 +42,9 @@ def train_steps(model: nn.Module, opt: torch.optim.Optimizer, rank: int, world: 
 
 def validation_slice(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(100 + rank)
-    scale = 0.0 if rank == 1 else 1.0  # rank 1's slice: all-zero inputs, "solved" at once
-    x = torch.randn(64, 8, generator=g) * scale
+    x = torch.randn(64, 8, generator=g)
+    if rank == 1:  # rank 1's slice: the samples whose labels were lost, filled with noise
+        return x, torch.randn(64, 1, generator=g) * 3
     return x, x.sum(dim=1, keepdim=True)
 
 
@@ -67,7 +70,7 @@ def main() -> None:
             break
     dist.barrier()  # everyone done before rank 0 saves
     if rank == 0:
-        torch.save(model.state_dict(), "model.pt")
+        torch.save(model.state_dict(), os.path.join(tempfile.gettempdir(), "model.pt"))
     dist.destroy_process_group()
 
 
