@@ -33,6 +33,7 @@ from triage.core.hang.mismatch import (
 )
 from triage.core.hang.record_compare import agreement, compare, state_from_record
 from triage.core.hang.recorded import RankRecord
+from triage.core.hang.roots import disagreed_root
 from triage.core.hang.stacks import RankSample
 
 
@@ -151,7 +152,8 @@ def analyse(samples: list[RankSample], records: Sequence[RankRecord] = ()) -> Ha
         picture = _fewer_spawned(analyse_states(states, asked, _spawned_slots(samples, asked)), asked)
     else:
         picture = _never_started(analyse_states(states, world, visible_slots(samples, world)), asked)
-    return with_records(drifted(lock_cycle(_extra_thread(picture, samples), samples), samples), read, records)
+    picture = disagreed_root(lock_cycle(_extra_thread(picture, samples), samples), samples)
+    return with_records(drifted(picture, samples), read, records)
 
 
 def _spawned_slots(samples: Sequence[RankSample], world: int) -> int:

@@ -132,6 +132,9 @@ _DEBUGGER_DIRS = ("/pudb/", "/debugpy/", "/pydevd", "/_pydevd_bundle/")
 _STORE_VIA = "a key-value store wait: for a key another rank sets"
 # An interactive console opened from the code (code.interact, IPython's embed): a prompt, as pdb's.
 _CONSOLE_FILES = ("/code.py",)
+# Libraries' prompts that read the terminal (a password, a confirmation): getpass falls back to
+# stdin where there is no terminal, as under a launcher.
+_PROMPT_FILES = ("/getpass.py", "/click/termui.py", "/rich/prompt.py")
 _CONSOLE_DIRS = ("/IPython/terminal/", "/IPython/core/interactiveshell")
 _GPU_VIA = "a GPU sync point: with NCCL, a collective queued before it has not finished"
 
@@ -233,6 +236,10 @@ _THREAD_WAITS = ("/threading.py", "/queue.py", "/concurrent/futures/")
 
 
 def _waits_for_thread(frames: tuple[Frame, ...]) -> bool:
+    """Also an asyncio event loop idle in its selector: what it awaits may be a call it handed to
+    an executor thread (`run_in_executor`, `asyncio.to_thread`)."""
+    if frames and frames[0].file.endswith("/selectors.py") and any("/asyncio/" in f.file for f in frames):
+        return True
     return not frames or any(mark in frames[0].file for mark in _THREAD_WAITS)
 
 
@@ -321,6 +328,8 @@ def _classify_main(sample: RankSample) -> RankState:
         return replace(base, kind="debugger", detail="an interactive console (code.interact, IPython embed)")
     code = base.context.code if base.context is not None else ""
     if frames and frames[0] is mine and not sample.active and _READS_STDIN.search(code):
+        return replace(base, kind="stdin")
+    if not sample.active and any(is_library(f.file) and f.file.endswith(_PROMPT_FILES) for f in above):
         return replace(base, kind="stdin")
     fsdp = any("/fsdp/" in f.file for f in frames)
     forming = "new_group" if any(_short(f.function) in _NEW_GROUP for f in frames) else "init_process_group"

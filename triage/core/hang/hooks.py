@@ -8,6 +8,10 @@ interpreter decides it.
 - A collective in an exit hook (`atexit.register`) runs once the rank's main code has ended. While
   the others are still in loops that run as many times on every rank, only an exception ended it
   (D20); in a loop over the data, that rank may have run out of it (D9).
+- A collective inside a memoised function (`@functools.lru_cache`, `@cache`, `@cached_property`)
+  runs only where the call misses the cache: ranks elsewhere got a hit (an argument they had seen
+  before, or a first call made on their side alone) and went on past it. They are the odd ones
+  (D19), unless a rank test sends some ranks there (mismatch.py reads that one, D21).
 - A collective per element of a `set` (`for name in set(metrics) | set(REQUIRED)`): each process
   hashes strings with its own seed, so each rank walks the set in its own order and the ranks
   meet in different collectives. No rank is the odd one (D19).
@@ -18,7 +22,7 @@ from __future__ import annotations
 import re
 
 from triage.core.hang.classify import RankState
-from triage.core.hang.mismatch import Diagnosis, Group, ints, rank_label
+from triage.core.hang.mismatch import Diagnosis, Group, _rank_branch, ints, rank_label
 from triage.core.hang.paths import _counted, context, data_header
 from triage.core.hang.stacks import Frame, LineContext
 
@@ -118,6 +122,27 @@ def _set_order(groups: tuple[Group, ...]) -> Reading | None:
     return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], (), verdict
 
 
+def _cache_hit(groups: tuple[Group, ...]) -> Reading | None:
+    found = [
+        (g, next(((f, c) for f, c in g.state.path if c is not None and c.memoised), None)) for g in groups
+    ]
+    missed = [(g, m) for g, m in found if m]
+    hit = tuple(r for g, m in found if not m for r in g.ranks)
+    if not missed or not hit or _rank_branch(groups) is not None:
+        return None
+    odd, (frame, ctx) = missed[0]
+    evidence = (
+        f"{rank_label(odd.ranks)} waits in {odd.state.collective}() inside {frame.function}() (line "
+        f"{frame.line}), memoised by `{ctx.memoised}`: its collective runs only where a call misses "
+        f"the cache, and {rank_label(hit)} got a hit (an argument seen before on that rank, or a "
+        "first call made there alone) and went on past it",
+        _described(groups),
+    )
+    verdict = f"{rank_label(hit)} skipped a collective inside a cached function (a cache hit)"
+    return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], ints(hit), verdict
+
+
 def interpreter_order(groups: tuple[Group, ...]) -> Reading | None:
-    """The reading of `groups` (in different collectives) where the interpreter ordered the calls."""
-    return _finalized(groups) or _at_exit(groups) or _set_order(groups)
+    """The reading of `groups` (in different collectives) where the interpreter ordered the calls
+    (or a cache decided whether they happen)."""
+    return _finalized(groups) or _at_exit(groups) or _cache_hit(groups) or _set_order(groups)

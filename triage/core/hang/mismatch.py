@@ -286,16 +286,14 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                 )
                 skip = skipped_iteration(early.state, busy.state)
                 if skip and (skip[3] or not left_by_jump(early.state, busy.state)):
-                    line, test, header, non_finite = skip
+                    line, test, header, non_finite, word = skip
                     evidence = (
-                        f"{evidence[0]}; the `continue` at line {line} under `if {test}:` skipped the rest "
+                        f"{evidence[0]}; the `{word}` at line {line} under `if {test}:` skipped the rest "
                         f"of an iteration of `{header}` on {rank_label(early.ranks)}, its collectives "
                         "with it, so it ran ahead of the others"
                         + (": its values went NaN or inf" if non_finite else ": a decision of its own"),
                     )
-                    verdict = (
-                        f"{rank_label(early.ranks)} skipped a step (`if {test}: continue`) the others took"
-                    )
+                    verdict = f"{rank_label(early.ranks)} skipped a step (`if {test}: {word}`) the others took"
                     entries = ["D20", "D19"] if non_finite else ["D19", "D9"]
                     return [Diagnosis(e, evidence) for e in entries], ints(early.ranks), verdict
                 jump = left_by_jump(early.state, busy.state)

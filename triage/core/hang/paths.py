@@ -39,7 +39,7 @@ def data_header(header: str) -> bool:
 
 def _over_data(ctx: LineContext, loop: tuple[int, int]) -> bool:
     header = next((b[2] for b in ctx.blocks if (b[0], b[1]) == loop), "")
-    return not header or data_header(header)
+    return not header or data_header(header) or loop[0] in ctx.exhausting
 
 
 def _trains(state: RankState) -> bool:
@@ -97,7 +97,7 @@ def left_by_jump(early: RankState, busy: RankState) -> tuple[int, str, str] | No
     for first, last, header, ctx in _busy_loops(early, busy):
         if _own_test(header) and ctx.loop == (first, last):
             return first, "test", header
-        if _counted(header) and ctx.loop == (first, last):
+        if (_counted(header) or first in ctx.endless) and ctx.loop == (first, last):
             jump = next(((line, kind) for line, kind in ctx.jumps if kind in ("break", "return")), None)
             if jump:
                 return (*jump, header)
@@ -108,19 +108,28 @@ def left_by_jump(early: RankState, busy: RankState) -> tuple[int, str, str] | No
 _NON_FINITE = re.compile(r"isfinite|isnan|isinf|\bnan\b|\binf\b|overflow", re.IGNORECASE)
 
 
-def skipped_iteration(early: RankState, busy: RankState) -> tuple[int, str, str, bool] | None:
+def skipped_iteration(early: RankState, busy: RankState) -> tuple[int, str, str, bool, str] | None:
     """A guarded `continue` in a loop `busy` is still in and `early` is out of, that made `early`
     skip that iteration's collectives and run ahead: in a counting loop (as many iterations on
     every rank) any such `continue`; in a loop over the data only one testing for a value gone
-    NaN or inf (running out of data reads the same otherwise). As (its line, its test, the
-    loop's header, whether the test is for a non-finite value)."""
-    for first, last, header, ctx in _busy_loops(early, busy):
+    NaN or inf (running out of data reads the same otherwise). Or, in the function `busy` called
+    from that loop, an `if <non-finite test>: return` before its collective ("skip the bad
+    batch"). As (its line, its test, the loop's header, whether the test is for a non-finite
+    value, the jump: `continue` or `return`)."""
+    loops = _busy_loops(early, busy)
+    for first, last, header, ctx in loops:
         if ctx.loop != (first, last):
             continue
         for line, test in ctx.skips:
             non_finite = bool(_NON_FINITE.search(test))
             if non_finite or _counted(header):
-                return line, test, header, non_finite
+                return line, test, header, non_finite, "continue"
+    parted = parting(early, busy)
+    inner = next((h for first, last, h, ctx in loops if ctx.loop == (first, last)), "")
+    for _, ctx in _outermost_first(busy)[parted[4] + 1 :] if parted and inner else ():
+        found = next(((line, test) for line, test in ctx.returns if _NON_FINITE.search(test)), None)
+        if found:
+            return *found, inner, True, "return"
     return None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import re
 
+from triage.core.hang.iteration import loop_ends
 from triage.core.hang.stacks import LineContext
 
 # Tests that single out some ranks: `if rank == 0`, `dist.get_rank() != 0`, `is_main_process`,
@@ -272,6 +273,17 @@ def _drifting(chain: list[ast.AST], line: int) -> tuple[int, ...]:
     )
 
 
+_MEMO = re.compile(r"(?:^|\.)(?:lru_cache|cache|cached_property|cached)\b")
+
+
+def _memoised(chain: list[ast.AST]) -> str:
+    """The caching decorator of the line's own function (`@functools.lru_cache(maxsize=32)`), or ''."""
+    start = _own_function(chain)
+    node = chain[start - 1] if start else None
+    found = (ast.unparse(d) for d in getattr(node, "decorator_list", ()))
+    return next((f"@{d}" for d in found if _MEMO.search(d.split("(", 1)[0])), "")
+
+
 def _suppresses(chain: list[ast.AST]) -> bool:
     """Whether the line's function is an `__exit__` with a `return` of a true constant."""
     start = _own_function(chain)
@@ -311,6 +323,7 @@ def line_context(source: str, line: int) -> LineContext:
         if any(isinstance(n, _FUNCTIONS) for n in chain[index + 1 :]):
             loop_node = None
     managed, managed_jumps = _managed(chain, line)
+    exhausting, endless = loop_ends(tree, chain[_own_function(chain) :])
     hook, made_under = (
         _run_by_interpreter(tree, chain, source, function) if function != "<module>" else ("", "")
     )
@@ -335,4 +348,7 @@ def line_context(source: str, line: int) -> LineContext:
         drifting=_drifting(chain, line),
         exit_hook=hook,
         made_under=made_under,
+        exhausting=exhausting,
+        endless=endless,
+        memoised=_memoised(chain),
     )

@@ -77,6 +77,14 @@ class LineContext:
     # class is made (`if rank == 0: writer = Writer()`), if any.
     exit_hook: str = ""
     made_under: str = ""
+    # The first lines of the loops around the line (own function) that end where an iterator
+    # pulled by hand runs out (`except StopIteration: break`), and of those over an iterable that
+    # never runs out (`itertools.count()`, a generator that loops `while True`): iteration.py.
+    exhausting: tuple[int, ...] = ()
+    endless: tuple[int, ...] = ()
+    # The line's function is memoised (`@functools.lru_cache(...)`, `@cache`, `@cached_property`),
+    # the decorator's text: its body, collectives and all, runs only where a call misses the cache.
+    memoised: str = ""
 
 
 @dataclass(frozen=True)
