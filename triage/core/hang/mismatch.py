@@ -293,7 +293,9 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                         "with it, so it ran ahead of the others"
                         + (": its values went NaN or inf" if non_finite else ": a decision of its own"),
                     )
-                    verdict = f"{rank_label(early.ranks)} skipped a step (`if {test}: {word}`) the others took"
+                    verdict = (
+                        f"{rank_label(early.ranks)} skipped a step (`if {test}: {word}`) the others took"
+                    )
                     entries = ["D20", "D19"] if non_finite else ["D19", "D9"]
                     return [Diagnosis(e, evidence) for e in entries], ints(early.ranks), verdict
                 jump = left_by_jump(early.state, busy.state)
