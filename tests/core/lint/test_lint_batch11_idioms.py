@@ -87,3 +87,32 @@ def test_a_torchscript_module_saved_on_every_rank_writes_one_archive_n_times() -
     assert "TRG023" not in codes(EXPORT.replace("torch.jit.script(model)", "Exporter(model)"))
     # The rank in the path: one archive per process.
     assert "TRG023" not in codes(EXPORT.replace("'init.zip'", "f'init{args.rank}.zip'"))
+
+
+# lucidrains/lightweight-gan lightweight_gan/lightweight_gan.py: the Trainer takes the rank the CLI's
+# mp.spawn worker hands it (`Trainer(**model_args)` in cli.py, one process per local GPU) and puts
+# its tensors on that device; this module never builds a Trainer itself.
+TRAINER = """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    class Trainer():
+        def __init__(self, name = 'default', batch_size = 4, rank = 0, world_size = 1):
+            self.is_main = rank == 0
+            self.rank = rank
+            self.world_size = world_size
+            self.batch_size = batch_size
+
+        def init_GAN(self, gan):
+            ddp_kwargs = {'device_ids': [self.rank], 'output_device': self.rank}
+            self.D_ddp = DDP(gan.D, **ddp_kwargs)
+
+        def train(self):
+            latents = torch.randn(self.batch_size, 256).cuda(self.rank)
+            return self.D_ddp(latents)
+"""
+
+
+def test_the_rank_of_a_class_this_file_never_builds_comes_from_its_builder() -> None:
+    assert "TRG003" not in codes(TRAINER)
+    # Built here with the global rank: that is what it holds.
+    assert "TRG003" in codes(TRAINER + "\n    Trainer(rank=dist.get_rank()).train()\n")
