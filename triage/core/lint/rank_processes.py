@@ -23,9 +23,10 @@ class RankProcesses:
 
     def _passed_elsewhere(self) -> set[tuple[ast.AST, str]]:
         """Parameters with a default that no call in this file passes, of functions this file does
-        call (`train_model(None)` under `__main__`, the rank left at None): whatever rank the
-        distributed path gets comes from a caller in another module, read as the process index an
-        mp.spawn worker there hands on (as `spawned_index`)."""
+        call (`train_model(None)` under `__main__`, the rank left at None) and of constructors of
+        classes it never builds: whatever rank the distributed path gets comes from a caller in
+        another module, read as the process index an mp.spawn worker there hands on (as
+        `spawned_index`)."""
         passed: dict[FunctionNode, set[str]] = {}
         for call in self.script.call_list:
             function = self.script.local_function(call.node)
@@ -49,6 +50,13 @@ class RankProcesses:
             for k in call.node.keywords
             if k.arg == "rank" and isinstance(k.value, ast.Name)
         }
+        # A class this file never builds (`Trainer(rank=0, ...)`, built by the CLI module that
+        # mp.spawns the workers): its constructor's rank comes from that caller, as above.
+        built = {c.tail for c in self.script.call_list}
+        for function in self.script.functions.get("__init__", []):
+            owner = self.script.parents.get(function)
+            if isinstance(owner, ast.ClassDef) and owner.name not in built:
+                passed.setdefault(function, set())
         found: set[tuple[ast.AST, str]] = set()
         for called, names in passed.items():
             positional = called.args.posonlyargs + called.args.args

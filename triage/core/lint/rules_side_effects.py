@@ -21,7 +21,7 @@ from triage.core.lint.model import Finding, Rule
 from triage.core.lint.patterns import kwarg_true, loops_of
 from triage.core.lint.reach import anchored
 from triage.core.lint.script import Call, dotted
-from triage.core.lint.write_targets import callers_target, in_memory, mentions_rank, temporary
+from triage.core.lint.write_targets import callers_target, in_memory, mentions_rank, scripted, temporary
 
 TRG023 = Rule(
     code="TRG023",
@@ -32,14 +32,16 @@ TRG023 = Rule(
     fix="put the write under `if rank == 0:` (and a barrier after it, outside the if, before anyone reads it)",
     fact="lint.every_rank_writes",
     finds=(
-        "In a script that runs as several processes, outside any rank condition: `torch.save` to a path"
-        " that does not contain the rank, `save_pretrained` of a model without `is_main_process=` (not a"
+        "In a script that runs as several processes, outside any rank condition: `torch.save` (or a"
+        " TorchScript module's `save`, `torch.jit.save`) to a path that does not contain the rank (nor a"
+        " temporary or uuid-named one), `save_pretrained` of a model without `is_main_process=` (not a"
         " tokenizer's or config's, nor in a script the HF Trainer runs, where each rank writes the same"
         " whole weights),"
         " `safetensors` `save_file`, `os.makedirs`, `os.mkdir` or `Path.mkdir` without `exist_ok=True`"
         " (unless it is made under `if not exists:` while the ranks take turns, as in"
         " `main_process_first()`), `shutil.rmtree` without `ignore_errors=True`, and `wandb.init`,"
-        " `SummaryWriter` or `mlflow.start_run`."
+        " `SummaryWriter` or `mlflow.start_run`. A write just before `sys.exit(1)` or `raise` is the"
+        " failing rank's dump on its way out, not reported."
     ),
     why=(
         "A distributed job is N copies of the script. N processes writing one checkpoint path at once"
@@ -180,15 +182,20 @@ def _print_replaced(ctx: Context, call: Call) -> bool:
 
 def _leaves_loop(ctx: Context, call: Call) -> bool:
     """A print just before `break` / `return` / `sys.exit()`: said once, as the loop ends."""
+    return any(_leaves(s) for s in _after(ctx, call))
+
+
+def _after(ctx: Context, call: Call) -> list[ast.stmt]:
+    """The statements after the call's own, in its block."""
     stmt = ctx.script.statement_of(call.node)
     parent = ctx.script.parents.get(stmt) if stmt is not None else None
     if stmt is None or parent is None:
-        return False
+        return []
     for field in ("body", "orelse", "finalbody"):
         block = getattr(parent, field, None)
         if isinstance(block, list) and stmt in block:
-            return any(_leaves(s) for s in block[block.index(stmt) + 1 :])
-    return False
+            return block[block.index(stmt) + 1 :]
+    return []
 
 
 def _handling(ctx: Context, call: Call, loop: ast.AST) -> bool:
@@ -200,6 +207,24 @@ def _handling(ctx: Context, call: Call, loop: ast.AST) -> bool:
         if isinstance(parent, ast.ExceptHandler):
             return True
     return False
+
+
+def _aborting(ctx: Context, call: Call) -> bool:
+    """A write just before `sys.exit(1)` or `raise` in the same block (`if not isfinite(loss):
+    torch.save(batch, "debug.pt"); sys.exit(1)`): the dump of this rank's own failure on its way
+    out, not a save every rank makes as training goes."""
+    return any(_fails(s) for s in _after(ctx, call))
+
+
+def _fails(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.Raise):
+        return True
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return False
+    if dotted(stmt.value.func) not in ("sys.exit", "exit", "quit", "os._exit"):
+        return False
+    code = stmt.value.args[0] if stmt.value.args else None
+    return code is not None and not (isinstance(code, ast.Constant) and code.value in (0, None, False))
 
 
 def _leaves(stmt: ast.stmt) -> bool:
@@ -215,15 +240,16 @@ def _leaves(stmt: ast.stmt) -> bool:
 def _write(ctx: Context, call: Call) -> str | None:
     """The message for a write every rank should not do; None when the call is not one."""
     name, tail = call.name, call.tail
-    if name == "torch.save":
-        target = call.node.args[1] if len(call.node.args) > 1 else call.kwarg("f")
+    if name in ("torch.save", "torch.jit.save") or scripted(ctx, call):
+        position = 0 if name not in ("torch.save", "torch.jit.save") else 1
+        target = call.node.args[position] if len(call.node.args) > position else call.kwarg("f")
         if target is None or mentions_rank(ctx, target, call) or in_memory(ctx, target, call):
             return None
         if callers_target(ctx, target, call):
             return None
         if temporary(ctx, target, call):
             return None
-        return f"torch.save() runs on every rank and the path does not contain the rank: {_SAME_FILE}"
+        return f"{ctx.script.text(call.node.func, 40)}() runs on every rank and the path does not contain the rank: {_SAME_FILE}"
     if tail == "save_file" and name.startswith("safetensors"):
         return f"safetensors save_file() runs on every rank: {_SAME_FILE}"
     if (
@@ -302,7 +328,7 @@ def _trainer_script(ctx: Context) -> bool:
 def _check_writes(ctx: Context) -> Iterator[Finding]:
     for call in ctx.script.call_list:
         message = _write(ctx, call)
-        if message is not None and _everyone(ctx, call):
+        if message is not None and _everyone(ctx, call) and not _aborting(ctx, call):
             gate = ctx.ranks.effective_gate(call.node)
             if gate is not None:  # the other ranks, all of them
                 message = message.replace("on every rank", f"on every rank but rank 0 ({gate.where})", 1)

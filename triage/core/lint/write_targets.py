@@ -68,18 +68,41 @@ def _assignments(ctx: Context) -> dict[str, list[ast.Assign]]:
     return found
 
 
-def temporary(ctx: Context, path: ast.AST, call: Call) -> bool:
-    """A path in `tempfile.mkdtemp()` (or a TemporaryDirectory) made in this function, directly or
-    through the names it is built from: each process's own."""
-    values: list[ast.AST] = [path]
+def temporary(ctx: Context, path: ast.AST, call: Call, depth: int = 2) -> bool:
+    """A path in `tempfile.mkdtemp()` (or a TemporaryDirectory) made in this function, or one that
+    holds a fresh random id (`f"{exp_dir}/batch-{uuid4()}.pt"`), directly or through the names it
+    is built from: each process's own."""
     for node in ast.walk(path):
-        if isinstance(node, ast.Name | ast.Attribute):
-            values += _assigned(ctx, node, call.scope)
+        if isinstance(node, ast.Call) and _unique(ctx.script.qual(node.func) or ""):
+            return True
+        if (
+            depth
+            and isinstance(node, ast.Name | ast.Attribute)
+            and any(temporary(ctx, value, call, depth - 1) for value in _assigned(ctx, node, call.scope))
+        ):
+            return True
+    return False
+
+
+def _unique(callee: str) -> bool:
+    return "tempfile" in callee or callee.rsplit(".", 1)[-1] in ("uuid1", "uuid4")
+
+
+_SCRIPTING = frozenset({"script", "trace", "freeze", "optimize_for_inference"})
+
+
+def scripted(ctx: Context, call: Call) -> bool:
+    """`m = torch.jit.script(model)` then `m.save(path)`: a TorchScript module writes its archive
+    (a zip, as torch.save's) to the path it is given."""
+    receiver = call.receiver
+    if call.tail != "save" or not isinstance(receiver, ast.Name | ast.Attribute) or not call.node.args:
+        return False
+    values = [receiver, *_assigned(ctx, receiver, call.scope)]
     return any(
-        "tempfile" in (ctx.script.qual(n.func) or "")
-        for value in values
-        for n in ast.walk(value)
-        if isinstance(n, ast.Call)
+        isinstance(v, ast.Call)
+        and (ctx.script.qual(v.func) or "").startswith("torch.jit.")
+        and (ctx.script.qual(v.func) or "").rsplit(".", 1)[-1] in _SCRIPTING
+        for v in values
     )
 
 
