@@ -23,7 +23,7 @@ import re
 
 from triage.core.hang.classify import RankState
 from triage.core.hang.mismatch import Diagnosis, Group, _rank_branch, ints, rank_label
-from triage.core.hang.paths import _counted, context, data_header
+from triage.core.hang.paths import context, none_over_data
 from triage.core.hang.stacks import Frame, LineContext
 
 Reading = tuple[list[Diagnosis], tuple[int, ...], str]
@@ -82,7 +82,7 @@ def _at_exit(groups: tuple[Group, ...]) -> Reading | None:
         return None
     odd, (frame, _) = ended[0]
     loops = [h for g in busy for h in _loops(g.state)]
-    only_raised = all(_counted(h) or not data_header(h) for h in loops)
+    only_raised = none_over_data(loops)
     evidence = (
         f"{rank_label(odd.ranks)} waits in {odd.state.collective}() inside {frame.function}() (line "
         f"{frame.line}), an exit hook (`atexit`): its main code has ended while "

@@ -7,6 +7,7 @@ issued the collective again, or an `except` clause only it entered."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from triage.core.hang.classify import RankState
 from triage.core.hang.source_context import RANK_TEST
@@ -57,6 +58,12 @@ _FROM_DATA = re.compile(r"len\(|load|batch|data|\bdl\b|sampler|shard|sample|reco
 def _counted(header: str) -> bool:
     found = _COUNTED.match(header)
     return found is not None and not _FROM_DATA.search(found.group("bound"))
+
+
+def none_over_data(headers: Iterable[str]) -> bool:
+    """Whether none of these loop headers walks the data: each counts to a bound every rank
+    shares (`range(steps)`) or is no data loop at all, so a rank leaving one made its own choice."""
+    return all(_counted(h) or not data_header(h) for h in headers)
 
 
 def _busy_loops(early: RankState, busy: RankState) -> list[tuple[int, int, str, LineContext]]:
@@ -146,7 +153,7 @@ def raised_through(early: RankState, busy: RankState) -> tuple[int, int, bool] |
     if final is None or not final[0] < b_line <= final[2] or e_line < final[1]:
         return None
     loops = _busy_loops(early, busy)
-    return final[0], final[1], all(_counted(h) or not data_header(h) for _, _, h, _ in loops)
+    return final[0], final[1], none_over_data(h for _, _, h, _ in loops)
 
 
 def past_loop(early: RankState, busy: RankState) -> bool:
@@ -318,7 +325,7 @@ def unwound(early: RankState, busy: RankState) -> tuple[int, bool, bool] | None:
     if not inner or not (inner[0][0].function.endswith("exit__") or inner[0][1].final is not None):
         return None
     loops = _busy_loops(early, busy)
-    only_raised = not e_ctx.managed_jumps and all(_counted(h) or not data_header(h) for _, _, h, _ in loops)
+    only_raised = not e_ctx.managed_jumps and none_over_data(h for _, _, h, _ in loops)
     return managed[0], only_raised, inner[0][1].suppresses or e_ctx.swallowed is not None
 
 
