@@ -82,8 +82,10 @@ def from_heads(heads: list[str], quiet: bool = False) -> list[Inferred]:
 
         found.extend(uneven_totals(heads))
     from triage.core.logscan.nccl_coll import diverged_collectives  # builds on Inferred too
+    from triage.core.logscan.timeout_bars import preparation_at_timeout  # builds on Inferred too
 
     found.extend(diverged_collectives(heads))
+    found.extend(preparation_at_timeout(heads))
     if quiet and not found:
         found.extend(_missing_members(heads))
     return found
