@@ -6,6 +6,7 @@ import pytest
 
 from tests.core.logscan.test_runs_outputs import _item
 from tests.log_paste import verdict_for
+from triage.core.logscan.blocks import RankReader
 from triage.core.logscan.nested import spawned_under_launcher
 from triage.core.logscan.patterns import compile_signatures
 from triage.core.logscan.scanner import Event, Scan, Scanner
@@ -73,3 +74,29 @@ def test_mp_spawn_alone_is_no_nested_launch(kb: KnowledgeBase) -> None:
     scan = _scan(kb, log)
     assert scan.spawn_failed is not None
     assert spawned_under_launcher(scan.events, scan) == []
+
+
+def _torch_block(message: str) -> bool:
+    reader = RankReader()
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/x/train.py", line 20, in main',
+        "    dist.scatter(out, chunks, src=0)",
+        '  File "/v/site-packages/torch/distributed/distributed_c10d.py", line 4778, in scatter',
+        "    work = group.scatter(output_tensors, input_tensors, opts)",
+    ]
+    for number, line in enumerate(lines, 1):
+        reader.feed(0, number, 0, line)
+    block = reader.exception(0, len(lines) + 1, 0, "RuntimeError", message)
+    return block is not None and block.refused
+
+
+def test_c10ds_own_argument_check_refuses_the_call_a_lost_peer_does_not() -> None:
+    assert _torch_block("ProcessGroupGloo::scatter: Incorrect input list size 3. Input list size should be 2")
+    assert not _torch_block("[/w/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:4519")
+
+
+def test_a_scatter_list_of_the_wrong_length_is_a_call_refused_not_a_diverged_rank(kb: KnowledgeBase) -> None:
+    # rank 0's list is refused by ProcessGroupGloo; rank 1 only lost its peer: no distributed fault
+    verdict = verdict_for(kb, str(_item("scatter_list_length.py")["log"]))
+    assert not verdict.found or verdict.diagnoses[0].entry_id != "D20", verdict.diagnoses[:3]
