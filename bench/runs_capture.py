@@ -34,6 +34,7 @@ SETTINGS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "tee": ({}, ("--tee", "3")),
     "loglevel-info": ({"LOGLEVEL": "INFO"}, ()),
     "cpp-info": ({"TORCH_CPP_LOG_LEVEL": "INFO"}, ()),
+    "cpp-stack": ({"TORCH_SHOW_CPP_STACKTRACES": "1"}, ()),
 }
 # The scripts also run in one other setting: the ways users collect more output when asking for help.
 # No DDP script runs under DETAIL: this CPU build of torch segfaults in DDP's construction there
@@ -90,12 +91,24 @@ EXTRA: dict[str, str] = {
     "device_mesh_shape_world.py": "cpp-info",
     "launch_arg_local_rank_torchrun.py": "loglevel-info",
     "restart_same_error.py": "loglevel-info",
+    # session 11 (written before the engine was read)
+    "dcp_save_rank_paths.py": "tee",
+    "autograd_allreduce_masked.py": "detail",
+    "join_custom_allreduce.py": "loglevel-info",
+    "ddp_freeze_after_wrap.py": "tee",
+    "meta_init_ddp.py": "cpp-stack",
+    "ddp_heads_from_set.py": "cpp-stack",
+    "prefetch_thread_dies_rank1.py": "cpp-info",
+    "timeout_units_ms.py": "cpp-info",
+    "eval_sampler_padding_count.py": "detail",
+    "nnodes_mismatch_two_agents.py": "loglevel-info",
+    "allgather_list_aliased.py": "detail",
 }
 # Variables that would make a run look launched or change torch's output (as triage.repro scrubs).
 _SCRUB = (
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
     "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCH_DISTRIBUTED_DEBUG", "LOGLEVEL",
-    "TORCH_CPP_LOG_LEVEL", "NCCL_DEBUG",
+    "TORCH_CPP_LOG_LEVEL", "TORCH_SHOW_CPP_STACKTRACES", "NCCL_DEBUG",
 )  # fmt: skip
 
 

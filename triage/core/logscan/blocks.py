@@ -43,6 +43,9 @@ _LIBRARY = re.compile(
 # as the script made it. A re-raise (`raise exception`, a DataLoader worker's error) has no call.
 _RAISE = re.compile(r"^\s*raise [A-Za-z_][\w.]*\(")
 _TORCH_FILE = re.compile(r"[/\\]torch[/\\]")
+# Their C++ twin: c10d's argument checks name the backend and the call (`ProcessGroupGloo::scatter:
+# Incorrect input list size 3 ...`); a timeout or a lost peer comes from the transport's own file.
+_CPP_CHECK = re.compile(r"^\s*ProcessGroup\w*::\w+: ")
 # The classes torch's argument checks raise (a timeout or a lost peer raises others, or from C++).
 CHECK_CLASSES = frozenset({
     "ValueError", "TypeError", "AttributeError", "RuntimeError", "KeyError", "IndexError", "NotImplementedError",
@@ -152,7 +155,10 @@ class RankReader:
         block.exception_line = number
         if block.collective is None and block.user_frame is not None:
             block.collective = transport_wait(message)  # a wait on a p2p handle (transport.py)
-        block.refused = block.raised_by_torch and name in CHECK_CLASSES
+        checked = block.raised_by_torch or (
+            _CPP_CHECK.match(message) is not None and _TORCH_FILE.search(block._frame_path) is not None
+        )
+        block.refused = checked and name in CHECK_CLASSES
         self._keep(block)
         return block
 

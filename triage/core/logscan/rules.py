@@ -256,6 +256,9 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
 
     found.extend(uneven_steps(events, first, scan) + hung_in_collective(first, scan))
     found.extend(same_call_timeouts(events, scan))
+    from triage.core.logscan.nested import spawned_under_launcher  # likewise
+
+    found.extend(spawned_under_launcher(events, scan))
     if first is None:
         return found
     from triage.core.logscan.signals import interrupted, killed_from_outside  # likewise

@@ -252,7 +252,7 @@ class Scanner:
         if rank is None:
             rank = rank_in_message(body)
         if rank is None:
-            rank = self._structure.summary_rank(source, number)
+            rank = self._structure.summary_rank(source, number, line)
         if rank is None:
             rank = self._structure.spawn_rank(source)
         named, rank = rank, self._tracked(rank)

@@ -35,6 +35,10 @@ _AGENT_EXIT = re.compile(
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*: (?P<rank>\d+) \(local_rank: \d+\)")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (?P<code>-?\d+)")
 SUMMARY_LINES = 3  # the exitcode, error_file and traceback lines under a summary block's `rank :`
+# A worker's own traceback that @record put into the summary (`traceback : Traceback (most recent
+# call last):`, then its frames and exception, indented under it): that worker's words.
+_SUMMARY_TRACEBACK = re.compile(r"^\s*traceback\s*: Traceback \(most recent call last\)")
+SUMMARY_TRACEBACK_LINES = 400  # a bound on how far one such traceback is followed
 _SUMMARY_ROOT = re.compile(r"Root Cause \(first observed failure\)", re.IGNORECASE)
 _NO_OTHER_FAILURES = "<NO_OTHER_FAILURES>"  # torchrun's summary: the root cause is the only failure
 # Exit statuses as launchers report a death by signal (-N). SIGTERM: a worker torchrun stopped
@@ -114,6 +118,7 @@ class Structure:
         self._summary_exits: dict[int, int] = {}  # worker -> exit code, as torchrun's summary lists them
         self._summary_rank: dict[int, tuple[int, int]] = {}  # source -> (worker rank, its `rank :` line)
         self._summary_exited: set[int] = set()  # sources whose current summary block gave its exit
+        self._summary_traceback: set[int] = set()  # sources inside a summary block's traceback
         self._summary_root: dict[int, bool] = {}
         self._terminate: dict[tuple[int, int | None], str] = {}
         self._last_error: dict[int, tuple[int, int | None]] = {}  # source -> (line, rank)
@@ -140,12 +145,22 @@ class Structure:
         others = [code for worker, code in self._summary_exits.items() if worker != self.root_cause_rank]
         return self.root_cause_rank is not None and bool(others) and all(c == SIGTERM_EXIT for c in others)
 
-    def summary_rank(self, source: int, number: int) -> int | None:
-        """The worker a line of torchrun's failure summary is about (`exitcode :`, `traceback :`)."""
+    def summary_rank(self, source: int, number: int, line: str | None = None) -> int | None:
+        """The worker a line of torchrun's failure summary is about (`exitcode :`, `traceback :`,
+        and the indented lines of a traceback @record wrote there). `line`, the line as printed
+        (its indent kept), moves the reading on; without it, only asks."""
         current = self._summary_rank.get(source)
-        if current is None or not 0 < number - current[1] <= SUMMARY_LINES:
+        if current is None:
             return None
-        return current[0]
+        if 0 < number - current[1] <= SUMMARY_LINES:
+            if line is not None and _SUMMARY_TRACEBACK.match(line):
+                self._summary_traceback.add(source)
+            return current[0]
+        if source in self._summary_traceback:
+            if line is None or (line[:1].isspace() and number - current[1] <= SUMMARY_TRACEBACK_LINES):
+                return current[0]
+            self._summary_traceback.discard(source)  # the summary's own lines again, or the end
+        return None
 
     def spawn_rank(self, source: int) -> int | None:
         """The process whose traceback mp.spawn is printing (`-- Process 1 terminated with ...`)."""
@@ -265,6 +280,7 @@ class Structure:
         if summary_rank:
             self._summary_rank[source] = (int(summary_rank["rank"]), number)
             self._summary_exited.discard(source)
+            self._summary_traceback.discard(source)
             if self._summary_root.pop(source, False):
                 self.root_cause_rank = int(summary_rank["rank"])
             return True

@@ -46,6 +46,7 @@ from triage.core.logscan.rules import (
 )
 from triage.core.logscan.scanner import OWN_ERROR_KINDS, Event, Scan
 from triage.core.logscan.structure import SIGTERM_EXIT
+from triage.core.logscan.unprefixed import bare_owner
 from triage.core.model import KnowledgeBase
 
 ECHO_FACTOR = 0.5
@@ -240,6 +241,8 @@ def _with_rank(first: Event | None, events: list[Event], scan: Scan) -> Event | 
         same_entry = first.kind == "hit" and event.kind == "hit" and event.entry_id == first.entry_id
         if same_entry or (len(message) >= 12 and message in event.text):
             return _replace_rank(first, event.rank)
+    if (owner := bare_owner(first, events, scan.ranks_seen)) is not None:  # the others only waited
+        return _replace_rank(first, owner)
     # A C++ abort prints no rank prefix (it bypasses Python's excepthook); the launcher says which
     # worker died of its own failure (SIGABRT, a segfault, an exit status) rather than its SIGTERM.
     died = {e.rank for e in events if e.kind == "exit" and e.real and e.rank is not None}
