@@ -11,17 +11,17 @@ on the main process only. A class made anywhere outside an `if` (or only under `
 from __future__ import annotations
 
 import ast
+import itertools
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def _owner(chain: list[ast.AST]) -> str:
     """The class whose method holds the line (its innermost function's class), or ''."""
-    for outer, inner in zip(chain, chain[1:], strict=False):
-        if isinstance(outer, ast.ClassDef) and isinstance(inner, _FUNCTIONS):
-            owner = outer.name
-            if not any(isinstance(n, _FUNCTIONS) for n in chain[chain.index(inner) + 1 :]):
-                return owner
+    for i, (outer, inner) in enumerate(itertools.pairwise(chain)):
+        own = not any(isinstance(n, _FUNCTIONS) for n in chain[i + 2 :])
+        if isinstance(outer, ast.ClassDef) and isinstance(inner, _FUNCTIONS) and own:
+            return outer.name
     return ""
 
 

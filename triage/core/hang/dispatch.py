@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from triage.core.hang.mismatch import Diagnosis, Group, _fewer, _rank_branch, rank_label
@@ -36,8 +37,7 @@ def _dispatched(group: Group) -> tuple[Frame, LineContext, str] | None:
     """The method of `group`'s path whose class is made only under an `if`, called from a loop over
     objects (the loop's target is called on the caller's line): (its frame, its context, the
     caller's loop header)."""
-    outermost = list(reversed(group.state.path))
-    for (caller, c_ctx), (frame, ctx) in zip(outermost, outermost[1:], strict=False):
+    for (_, c_ctx), (frame, ctx) in itertools.pairwise(reversed(group.state.path)):
         if ctx is None or not ctx.made_if or c_ctx is None or c_ctx.loop is None:
             continue
         header = next((h for a, b, h in c_ctx.blocks if (a, b) == c_ctx.loop), "")
