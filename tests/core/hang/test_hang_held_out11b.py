@@ -42,6 +42,21 @@ def test_without_the_conditional_construction_the_callback_reads_otherwise() -> 
     assert [d.entry for d in picture.diagnoses][:1] != ["D21"], _says(picture)
 
 
+def test_an_object_passed_on_from_the_loop_is_not_a_dispatch_to_it() -> None:
+    """`run_hook(callback, hook)` hands the loop's object to a function: the method the rank waits
+    in is not known to be the object's, so the registration rule says nothing."""
+    samples = [_rank("q_d21_callback_rank_config", r, 2) for r in range(2)]
+    passed = [
+        replace(s, contexts={
+            k: replace(c, code="run_hook(callback, hook, self, *args)") if "getattr(callback" in c.code else c
+            for k, c in s.contexts.items()
+        })
+        for s in samples
+    ]  # fmt: skip
+    assert any("getattr(callback" in c.code for s in samples for c in s.contexts.values())
+    assert "only some ranks made" not in analyse(passed).verdict
+
+
 @pytest.mark.parametrize(
     ("source", "made"),
     [

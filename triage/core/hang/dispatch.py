@@ -23,8 +23,8 @@ from triage.core.hang.stacks import Frame, LineContext
 
 Reading = tuple[list[Diagnosis], tuple[int, ...], str]
 
-# `for cb in self.callbacks`: the loop's target, to find it called on the line (`cb.on_end(...)`,
-# `getattr(cb, hook)(...)`).
+# `for cb in self.callbacks`: the loop's target, to find a method of it called on the line
+# (`cb.on_end(...)`, `getattr(cb, hook)(...)`; not `step(cb)`, which passes it on).
 _FOR_TARGET = re.compile(r"^(?:async )?for (?P<target>[A-Za-z_]\w*) in ")
 _PERIODIC = re.compile(r"%[^%=]*[!=]=\s*0\b")
 
@@ -43,7 +43,7 @@ def _dispatched(group: Group) -> tuple[Frame, LineContext, str] | None:
         header = next((h for a, b, h in c_ctx.blocks if (a, b) == c_ctx.loop), "")
         found = _FOR_TARGET.match(header)
         target = found.group("target") if found else ""
-        if target and re.search(rf"\b{target}\s*[.,)]", c_ctx.code):
+        if target and re.search(rf"\b{target}\.\w+\s*\(|\bgetattr\(\s*{target}\b", c_ctx.code):
             return frame, ctx, header
     return None
 
