@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import re
 
+from triage.core.hang.construction import made_only_under
 from triage.core.hang.iteration import loop_ends
 from triage.core.hang.stacks import LineContext
 
@@ -351,4 +352,5 @@ def line_context(source: str, line: int) -> LineContext:
         exhausting=exhausting,
         endless=endless,
         memoised=_memoised(chain),
+        made_if=made_only_under(tree, chain, source),
     )

@@ -85,6 +85,9 @@ class LineContext:
     # The line's function is memoised (`@functools.lru_cache(...)`, `@cache`, `@cached_property`),
     # the decorator's text: its body, collectives and all, runs only where a call misses the cache.
     memoised: str = ""
+    # The line's function is a method of a class that the source makes only under an `if` (every
+    # `Cls(...)` call sits in one): that `if`'s test. Only ranks whose test held hold an instance.
+    made_if: str = ""
 
 
 @dataclass(frozen=True)
