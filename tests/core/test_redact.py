@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -215,3 +216,14 @@ def test_every_shape_keeps_the_punctuation_around_it(shape: Shape) -> None:
         out = redact_text(wrap.format(shape.text))
         assert not [secret for secret in shape.secrets if secret in out], out
         assert out.startswith(before) and out.endswith(after), out
+
+
+def test_every_secret_name_word_holds_a_needle_of_the_name_value_passes() -> None:
+    # the name=value, --flag value and ?query= passes run only when the text holds one of
+    # _SECRET_WORDS: a word SECRET_NAME knows that held none would never be redacted there
+    from triage.core import redact
+
+    words = [re.sub(r"[^a-z]", "", alt.lower()) for alt in redact.SECRET_NAME().pattern.split("|")]
+    assert words and all(any(needle in word for needle in redact._SECRET_WORDS) for word in words)
+    assert redact.redact_text("export WANDB_API_KEY=0123456789abcdef") == "export WANDB_API_KEY=<redacted>"
+    assert redact.redact_text("run --db-passwd hunter2 now") == "run --db-passwd <redacted> now"

@@ -137,7 +137,12 @@ _TOKEN = _lazy(r"(?<![A-Za-z0-9])(?:" + "|".join(_TOKEN_PATTERNS) + r")")
 _TOKEN_NEEDLES = (
     "hf_",
     "api_org_",
-    "gh",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
     "sk-",
     "k_live_",
     "k_test_",
@@ -163,7 +168,10 @@ _TOKEN_NEEDLES = (
     "wandb_v1_",
     "ltai",
     "lsv2_",
-    "shp",
+    "shpat_",
+    "shpca_",
+    "shppa_",
+    "shpss_",
     "dop_v1_",
     "hvs.",
 )
@@ -321,6 +329,10 @@ class _Inside:
         return "".join(out)
 
 
+# What the lower-cased text of a name-value pair must hold for the pair to be redacted: each of
+# SECRET_NAME's words holds one of these (password, passwd, passphrase: "pass").
+_SECRET_WORDS = ("token", "key", "secret", "pass", "pwd", "credential", "auth", "cookie", "private")
+
 # (pattern, replacement, needles): a pass runs only when the lower-cased text holds one of its
 # needles, and each pattern is compiled on first use, so that a command whose output holds no
 # secret-like text (most `triage ask` answers) pays for a few substring tests, not for compiling
@@ -331,15 +343,15 @@ _PASSES: tuple[tuple[Callable[[], re.Pattern[str]], _Replacement, tuple[str, ...
     (_HEADER, _keep_head, ("authorization", "cookie", "x-api-", "x-auth-")),
     (_URL_PASSWORD, _url_password, ("://",)),
     (_URL_KEY, _url_key, ("://",)),
-    (_QUERY, _query, ("=",)),
+    (_QUERY, _query, (*_SECRET_WORDS, "sig", "code")),
     (_TOKEN, REDACTED, _TOKEN_NEEDLES),
     (_AWS_SECRET, REDACTED, ("",)),
     (_BEARER, _keep_head, ("bearer", "basic")),
     (_USER_PASSWORD, _keep_head, ("-u", "--user")),
     (_MYSQL_PASSWORD, _keep_head, ("mysql", "mariadb")),
     (_LOGIN_KEY, _keep_head, ("wandb",)),
-    (_FLAG, _Inside(_flag), ("-",)),
-    (_ASSIGNMENT, _Inside(_assignment), ("=", ":")),
+    (_FLAG, _Inside(_flag), _SECRET_WORDS),
+    (_ASSIGNMENT, _Inside(_assignment), _SECRET_WORDS),
 )
 _MAYBE = _lazy(r"[=:@]|PRIVATE KEY|[A-Za-z0-9/+]{16}|-[A-Za-z]", re.IGNORECASE)
 
