@@ -170,7 +170,7 @@ class RankModel(RankNames):
             found = self._lookup(self.preds, dotted(test), self.script.tree)
             if found is not None:
                 return cast(Side, found)
-            return "zero" if test.attr in MAIN_NAMES else None
+            return "zero" if test.attr in MAIN_NAMES or _writer_argument(test) else None
         if isinstance(test, ast.Call):
             local = self.script.local_function(test)
             if local is not None and local.name in self.pred_functions:
@@ -256,6 +256,13 @@ class RankModel(RankNames):
     def effective_gate(self, node: ast.AST) -> Gate | None:
         """The gate of `node`, or of its function when that function is only called under one."""
         return self.gates.effective_gate(node)
+
+
+def _writer_argument(test: ast.Attribute) -> bool:
+    """`args.should_save`: the HF TrainingArguments' "this process writes to disk" (the main process,
+    or each node's with `save_on_each_node`); not a TrainerControl's `control.should_save`, which
+    says that this step saves, on every rank alike."""
+    return test.attr == "should_save" and "args" in dotted(test.value).lower()
 
 
 def _needs_every_rank(text: str) -> bool:
