@@ -2,7 +2,8 @@
 
 TRG023: every rank writes the same checkpoint (`torch.save`, `save_pretrained`, `save_file`), creates
         the same directory without `exist_ok` (`os.makedirs`, `os.mkdir`, `Path.mkdir`), deletes the
-        same tree (`shutil.rmtree`), or starts its own tracker run (`wandb.init`, `SummaryWriter`,
+        same tree (`shutil.rmtree`), moves or removes the same file (`shutil.move`, `os.remove` after
+        an existence test), or starts its own tracker run (`wandb.init`, `SummaryWriter`,
         `mlflow.start_run`).
 TRG037: every rank prints in the training loop or draws its own progress bar.
 
@@ -39,7 +40,9 @@ TRG023 = Rule(
         " whole weights),"
         " `safetensors` `save_file`, `os.makedirs`, `os.mkdir` or `Path.mkdir` without `exist_ok=True`"
         " (unless it is made under `if not exists:` while the ranks take turns, as in"
-        " `main_process_first()`), `shutil.rmtree` without `ignore_errors=True`, and `wandb.init`,"
+        " `main_process_first()`), `shutil.rmtree` without `ignore_errors=True`, `shutil.move` of a"
+        " shared path, `os.remove`/`os.unlink` under an existence test (not in a `finally:` clean-up"
+        " nor under `except OSError`), and `wandb.init`,"
         " `SummaryWriter` or `mlflow.start_run`. A write just before `sys.exit(1)` or `raise` is the"
         " failing rank's dump on its way out, not reported."
     ),
@@ -47,7 +50,8 @@ TRG023 = Rule(
         "A distributed job is N copies of the script. N processes writing one checkpoint path at once"
         ' interleave or truncate each other\'s zip archive ("failed finding central directory" on'
         " load), `os.makedirs` races into FileExistsError, `shutil.rmtree` of one tree by N processes"
-        " into FileNotFoundError, and trackers get N runs per job."
+        " (and a move or check-then-remove of one file) into FileNotFoundError, and trackers get N runs"
+        " per job."
     ),
     example=(
         "import torch\nimport torch.distributed as dist\n\n"
