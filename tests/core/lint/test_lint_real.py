@@ -109,8 +109,20 @@ KNOWN_MISSES = {
     # A library helper nothing in its file calls (`get_device_name`) that asks dist.get_rank()
     # itself: not judged (session 6), whatever the arm of `if dist.is_initialized():` it sits in.
     "fix_sbert_163258f1_device_global_rank.py",
+    # Session 11b's unseen batch. Writes through a project's helper (`remove_runner_state_from_
+    # submission`, a metric-recorder factory), a logging handler's `os.remove` in a module with no
+    # sign of processes at all, and a results JSON through `open(path, "w")` in `predict`:
+    "fix_fairchem_4914e7e7_submission_pickle_every_rank.py",
+    "fix_fairchem_d24fc7dd_predictions_every_rank.py",
+    "fix_fairseq2_64af489f_metric_recorders_every_rank.py",
+    "fix_llamafactory_e7cb145f_log_remove_every_rank.py",
+    # NCCL set up in a library's distributed helpers with no GPU bound on one path (torchrun
+    # without LOCAL_RANK read, or set_device in another branch only):
+    "fix_fairchem_4edfbe28_init_before_set_device.py",
+    "fix_fairchem_f08985fd_torchrun_no_set_device.py",
+    "fix_metaseq_91e7ad34_torchrun_device_id.py",
 }
-TEST_SPLIT_MISSES_AT_MOST = 11
+TEST_SPLIT_MISSES_AT_MOST = 10
 
 
 def test_the_bugs_github_threads_established_are_found() -> None:

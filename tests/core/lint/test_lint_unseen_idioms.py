@@ -240,8 +240,12 @@ def test_the_hf_examples_rank_helper_says_the_trainer_runs_one_process_per_gpu()
             run(parse_args(), ["out", "results"])
     """
     assert "TRG023" in codes(body, head="import os\n")
-    # The same code with nothing that says it runs as several processes: a plain script.
-    plain = body.replace("from transformers.trainer_utils import", "from myproject.utils import")
+    # A project's own main-process test says the same since session 11b (a module that asks
+    # whether it is rank 0 runs where there are other ranks); with no such test at all, the same
+    # code is a plain script.
+    own = body.replace("from transformers.trainer_utils import", "from myproject.utils import")
+    assert "TRG023" in codes(own, head="import os\n")
+    plain = own.replace("is_main_process", "is_verbose")
     assert "TRG023" not in codes(plain, head="import os\n")
 
 

@@ -98,9 +98,24 @@ def _in_gated_class(ctx: Context, node: ast.AST) -> bool:
                 for item in scope.body
                 if isinstance(item, FunctionNode)
                 for d in item.decorator_list
-            )
+            ) or _framework_callback(ctx, scope)
             ctx.script.cache[key] = cached
         return cached
+    return False
+
+
+# Framework callback classes whose hooks the trainer calls in every process (transformers'
+# CallbackHandler, Lightning's callback hooks): a hook's body runs on every rank.
+_CALLBACK_BASES = frozenset({"TrainerCallback", "Callback"})
+_CALLBACK_ROOTS = ("transformers", "lightning", "pytorch_lightning")
+
+
+def _framework_callback(ctx: Context, cls: ast.ClassDef) -> bool:
+    """`class SaveCallback(TrainerCallback):`: its `on_save`/`on_epoch_end` run on every rank."""
+    for base in cls.bases:
+        name = ctx.script.qual(base) or ""
+        if name.rsplit(".", 1)[-1] in _CALLBACK_BASES and name.startswith(_CALLBACK_ROOTS):
+            return True
     return False
 
 

@@ -87,8 +87,11 @@ def _built_on_cpu(ctx: Context, value: ast.expr) -> bool:
         return not any(word in source for word in _PLACING_WORDS)
     if isinstance(func, ast.Name) and func.id in ctx.script.imports and tail[:1].isupper():
         # A model class imported from the project (`from models import Net`): built where it is
-        # called, unless it is handed something that names a device.
-        return not any(word in ast.unparse(arg).lower() for arg in value.args for word in _PLACING_WORDS)
+        # called, unless it is handed something that names a device, by position or by keyword
+        # (fairchem's `OCPDataParallel(self.model, output_device=self.device, num_gpus=1)`).
+        given = [ast.unparse(arg).lower() for arg in value.args]
+        given += [f"{k.arg}={ast.unparse(k.value)}".lower() for k in value.keywords]
+        return not any(word in text for text in given for word in _PLACING_WORDS)
     if name.startswith("torch.nn.") and tail[:1].isupper() and "parallel" not in name:
         return True
     if name.startswith("torchvision.models."):

@@ -2,7 +2,8 @@
 
 TRG023: every rank writes the same checkpoint (`torch.save`, `save_pretrained`, `save_file`), creates
         the same directory without `exist_ok` (`os.makedirs`, `os.mkdir`, `Path.mkdir`), deletes the
-        same tree (`shutil.rmtree`), or starts its own tracker run (`wandb.init`, `SummaryWriter`,
+        same tree (`shutil.rmtree`), moves or removes the same file (`shutil.move`, `os.remove` after
+        an existence test), or starts its own tracker run (`wandb.init`, `SummaryWriter`,
         `mlflow.start_run`).
 TRG037: every rank prints in the training loop or draws its own progress bar.
 
@@ -39,7 +40,9 @@ TRG023 = Rule(
         " whole weights),"
         " `safetensors` `save_file`, `os.makedirs`, `os.mkdir` or `Path.mkdir` without `exist_ok=True`"
         " (unless it is made under `if not exists:` while the ranks take turns, as in"
-        " `main_process_first()`), `shutil.rmtree` without `ignore_errors=True`, and `wandb.init`,"
+        " `main_process_first()`), `shutil.rmtree` without `ignore_errors=True`, `shutil.move` of a"
+        " shared path, `os.remove`/`os.unlink` under an existence test (not in a `finally:` clean-up"
+        " nor under `except OSError`), and `wandb.init`,"
         " `SummaryWriter` or `mlflow.start_run`. A write just before `sys.exit(1)` or `raise` is the"
         " failing rank's dump on its way out, not reported."
     ),
@@ -47,7 +50,8 @@ TRG023 = Rule(
         "A distributed job is N copies of the script. N processes writing one checkpoint path at once"
         ' interleave or truncate each other\'s zip archive ("failed finding central directory" on'
         " load), `os.makedirs` races into FileExistsError, `shutil.rmtree` of one tree by N processes"
-        " into FileNotFoundError, and trackers get N runs per job."
+        " (and a move or check-then-remove of one file) into FileNotFoundError, and trackers get N runs"
+        " per job."
     ),
     example=(
         "import torch\nimport torch.distributed as dist\n\n"
@@ -289,6 +293,11 @@ def _write(ctx: Context, call: Call) -> str | None:
             "shutil.rmtree() runs on every rank: the processes delete the same tree at once and all but"
             " one fail with FileNotFoundError; delete on rank 0 (or pass ignore_errors=True)"
         )
+    if _shared_removal(ctx, call):
+        return (
+            f"{name}() runs on every rank: the processes move or remove the same file at once and all"
+            " but the first fail with FileNotFoundError; do it on rank 0 (or catch the error)"
+        )
     mkdir = path_mkdir(ctx, call)
     if (name == "os.makedirs" or mkdir) and created_in_turn(ctx, call):
         return None  # rank 0 creates it, the others find it there
@@ -303,6 +312,51 @@ def _write(ctx: Context, call: Call) -> str | None:
             f"{made}: all but the first race into FileExistsError; pass exist_ok=True or create it on rank 0"
         )
     return None
+
+
+# A file moved away by one process is gone for the next; `if exists(p): os.remove(p)` on N processes
+# is a check-then-act race: all find it, one removes it, the others fail.
+_MOVES = frozenset({"shutil.move"})
+_REMOVALS = frozenset({"os.remove", "os.unlink"})
+
+
+def _shared_removal(ctx: Context, call: Call) -> bool:
+    """A move, or a removal after an existence test, of a path every process names alike: not
+    the rank's own, not a temporary one, not a `finally:` clean-up of this process's own file, and
+    not under a handler that expects the file gone (`try: os.remove(p) except OSError: pass`)."""
+    if not call.node.args or not (call.name in _MOVES or (call.name in _REMOVALS and _tested(ctx, call))):
+        return False
+    path = call.node.args[0]
+    if mentions_rank(ctx, path, call) or temporary(ctx, path, call):
+        return False
+    child: ast.AST = call.node
+    for parent in ctx.script.ancestors(call.node):
+        if isinstance(parent, ast.Try) and (
+            child in parent.finalbody
+            or (child in parent.body and any(map(_expects_missing, parent.handlers)))
+        ):
+            return False
+        child = parent
+    return True
+
+
+def _tested(ctx: Context, call: Call) -> bool:
+    """Under `if os.path.exists(p):` / `isfile` / `p.exists()`."""
+    return any(
+        isinstance(outer, ast.If) and any(w in ctx.script.text(outer.test, 120) for w in ("exists", "isfile"))
+        for outer in ctx.script.ancestors(call.node)
+    )
+
+
+def _expects_missing(handler: ast.ExceptHandler) -> bool:
+    caught = handler.type
+    names = (
+        [dotted(e) for e in caught.elts]
+        if isinstance(caught, ast.Tuple)
+        else [dotted(caught) if caught else ""]
+    )
+    expected = ("", "OSError", "FileNotFoundError", "IOError", "Exception", "BaseException")
+    return any(n.rsplit(".", 1)[-1] in expected for n in names)
 
 
 _METADATA_WORDS = ("config", "tokenizer", "processor", "feature_extractor")

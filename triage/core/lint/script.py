@@ -59,11 +59,13 @@ _SINGLE_PROCESS_IMPORTS = (
 def _project_setup_helper(target: str) -> bool:
     """`from src.post_training.distributed import ddp_setup, ddp_wrap`: the project's own helpers
     that start or wrap the distributed run say the script runs as several processes, and so does
-    its decorator that keeps a function to the main process (speechbrain's `main_process_only`)."""
+    its decorator that keeps a function to the main process (speechbrain's `main_process_only`),
+    and its test of the main process (`from axolotl.utils.distributed import is_main_process`): a
+    module that asks whether it is rank 0 runs where there are other ranks."""
     *module, name = target.lower().split(".")
     if not module or module[0] in ("torch", "accelerate", "deepspeed", "lightning", "pytorch_lightning"):
         return False
-    if main_decorator(name):
+    if main_decorator(name) or name in MAIN_NAMES:
         return True
     words = name.split("_")
     return "ddp" in words or name.startswith(("init_dist", "setup_dist", "dist_init", "init_distributed"))

@@ -1,5 +1,11 @@
-# triage eval (lint clean set): https://github.com/artidoro/qlora/blob/7f4e95a68dc076bea9b3a413d2b512eca6d004e5/qlora.py
-# Licence: MIT (c) Artidoro Pagnoni, Ari Holtzman, Tim Dettmers, Luke Zettlemoyer; the file below is unmodified.
+# source: https://github.com/artidoro/qlora/blob/7f4e95a68dc076bea9b3a413d2b512eca6d004e5/qlora.py
+# established (review of the maintained file, session 11b, after its removal mechanism first reported
+#   it; it was stored in clean/): under torchrun (the script maps each process to its LOCAL_RANK GPU)
+#   the Trainer calls SavePeftModelCallback.on_save in every process, and each tests
+#   os.path.exists(pytorch_model_path) and then os.remove()s the same file: all can find it, one
+#   removes it, and the others fail with FileNotFoundError (the race LLaMA-Factory e7cb145f fixed).
+# expect: TRG023
+# (the real file, unmodified below this header; licence: MIT (c) Artidoro Pagnoni, Ari Holtzman, Tim Dettmers, Luke Zettlemoyer)
 # This source code is licensed under the MIT license found in the
 # LICENSE file in the root directory of this source tree.
 
