@@ -85,9 +85,6 @@ KNOWN_MISSES = {
     # Session 9's unseen batch. The global rank is handed to a function of another module
     # (`prepare_scattermoe(..., rank=rank)`), which uses it as the device there.
     "fix_fms_acceleration_791bdd9_device_global_rank.py",
-    # `no_sync if batch_idx % accum != 0`: which micro-batch the optimizer steps after is decided in
-    # a method (`update_step`) the condition is not compared with.
-    "fix_funasr_d410a56_no_sync_wrong_microbatch.py",
     # os.makedirs(exist_ok=True) on every rank (as fairseq above).
     "fix_reasoning360_76d2ed2_makedirs_every_rank.py",
     # Session 9c's unseen batch. A LightningModule's method (`res_path.mkdir(exist_ok=config.dev)`)
@@ -134,8 +131,6 @@ KNOWN_MISSES = {
     # Session 11c's unseen batch, as collected (eval/lint/README.md):
     "deepdewedge_40_save_every_rank.py",
     "fix_fastvideo_ae1d112c_barrier_skipped_on_cache_hit.py",
-    "fix_fmsaccel_791bdd9_device_global_rank.py",
-    "fix_funasr_d410a565_no_sync_off_by_one.py",
     "fix_opennmt_09f40dc5_summarywriter_every_process.py",
 }
 TEST_SPLIT_MISSES_AT_MOST = 10

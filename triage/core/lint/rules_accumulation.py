@@ -242,7 +242,83 @@ def _check_missing_no_sync(ctx: Context) -> Iterator[Finding]:
             return
 
 
+Phase = tuple[str, str, int]  # (counter, modulus, offset): the micro-batches with counter % modulus == offset
+
+
+def _phase(test: ast.expr, equal: bool) -> Phase | None:
+    """The micro-batches `(i + c) % K == r` (or `!=`, when `equal` is false) picks, as i = r - c (mod K);
+    the counter and the modulus are named by their last part (`self.accum_grad` is `accum_grad`)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and len(test.comparators) == 1):
+        return None
+    if not isinstance(test.ops[0], ast.Eq if equal else ast.NotEq):
+        return None
+    mod, rest = test.left, test.comparators[0]
+    if not (isinstance(mod, ast.BinOp) and isinstance(mod.op, ast.Mod)):
+        return None
+    if not (isinstance(rest, ast.Constant) and isinstance(rest.value, int)):
+        return None
+    counter, offset = mod.left, 0
+    if isinstance(counter, ast.BinOp) and isinstance(counter.op, ast.Add):
+        added = counter.right
+        if not (isinstance(added, ast.Constant) and isinstance(added.value, int)):
+            return None
+        counter, offset = counter.left, added.value
+    names = dotted(counter).split("."), dotted(mod.right).split(".")
+    if not all(names[0]) or not all(names[1]):
+        return None
+    return names[0][-1], names[1][-1], rest.value - offset
+
+
+def _sync_phase(ctx: Context) -> Phase | None:
+    """The one micro-batch a `model.no_sync if (i % K != 0) else nullcontext` choice leaves synchronised."""
+    for node in ctx.script.of_type(ast.IfExp):
+        if not isinstance(node, ast.IfExp):
+            continue
+        arms = [
+            "no_sync" in {n.attr for n in ast.walk(a) if isinstance(n, ast.Attribute)}
+            for a in (node.body, node.orelse)
+        ]
+        if arms == [True, False]:
+            return _phase(node.test, equal=False)
+        if arms == [False, True]:
+            return _phase(node.test, equal=True)
+    return None
+
+
+def _check_step_phase(ctx: Context) -> Iterator[Finding]:
+    """TRG053 across functions: the optimizer steps on another micro-batch than the one no_sync spares."""
+    synced = _sync_phase(ctx)
+    if synced is None:
+        return
+    for call in ctx.script.call_list:
+        if not is_optimizer_step(call):
+            continue
+        for guard in enclosing_ifs(ctx.script, call.node):
+            tests = (
+                guard.test.values
+                if isinstance(guard.test, ast.BoolOp) and isinstance(guard.test.op, ast.And)
+                else [guard.test]
+            )
+            for test in tests:
+                stepped = _phase(test, equal=True)
+                if stepped is not None and stepped[:2] == synced[:2] and stepped[2] != synced[2]:
+                    counter, modulus = synced[:2]
+                    step, sync = (
+                        f"{counter} {'-+'[k <= 0]} {abs(k)}" if k else counter
+                        for k in (stepped[2], synced[2])
+                    )
+                    yield ctx.finding(
+                        TRG053,
+                        call.node,
+                        f"{ctx.script.text(call.node.func, 30)}() steps when {step} is a multiple of"
+                        f" {modulus}, but no_sync is left off only when {sync} is: the micro-batch the"
+                        " step follows ran inside no_sync, so it steps on gradients that were not all-reduced",
+                    )
+                    return
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     """Every finding of this module's rules on one script."""
     yield from _check_no_sync_blocks(ctx)
+    yield from _check_step_phase(ctx)
     yield from _check_missing_no_sync(ctx)
