@@ -103,6 +103,13 @@ EXTRA: dict[str, str] = {
     "eval_sampler_padding_count.py": "detail",
     "nnodes_mismatch_two_agents.py": "loglevel-info",
     "allgather_list_aliased.py": "detail",
+    # session 11b (written before the engine was read)
+    "get_world_size_nonmember.py": "detail",
+    "init_rank_string_env.py": "cpp-info",
+    "fsdp2_ema_plain_tensors.py": "cpp-stack",
+    "load_map_location_cuda.py": "loglevel-info",
+    "slow_shard_read_rank1.py": "cpp-info",
+    "fsdp_optim_subset_flat.py": "tee",
 }
 # Variables that would make a run look launched or change torch's output (as triage.repro scrubs).
 _SCRUB = (
