@@ -1,18 +1,19 @@
 """Rank 0 starts a small evaluation server as a child process and waits for its "READY" line on
 the pipe before the ranks go on.
 
-Hang class: an external process the rank waits on; the child printed its line, but with its
-stdout a pipe Python buffers it (block buffering), so `readline()` never returns while the child
-keeps serving; the other rank waits at the barrier.
+Hang class: an external process the rank waits on; the server's log is filtered through `grep`
+for the line, and `grep` writing to a pipe buffers its output (block buffering), so `readline()`
+never returns while the server keeps serving; the other rank waits at the barrier.
 Label: MN3
 Odd ranks: 0
 Launch: torchrun 2
 Held out: session 11c
 
-The child (`python -c ...`) prints `READY <port>` without `flush=True` and then sleeps in its
-serving loop; rank 0's `proc.stdout.readline()` waits for ever; rank 1 waits in `dist.barrier()`.
+The server (`python -u -c ...`) prints `READY <port>` and sleeps in its serving loop; `grep READY`
+holds the matched line in its buffer; rank 0's `proc.stdout.readline()` waits for ever; rank 1 waits in `dist.barrier()`.
 """
 
+import shlex
 import subprocess
 import sys
 
@@ -30,7 +31,8 @@ while True:
 
 
 def start_eval_server() -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
+    cmd = f"{shlex.quote(sys.executable)} -u -c {shlex.quote(SERVER)} 2>&1 | grep READY"
+    proc = subprocess.Popen(cmd, shell=True, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     return proc, int(line.split()[1])

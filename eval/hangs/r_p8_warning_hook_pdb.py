@@ -30,12 +30,13 @@ def break_on_warning(
 
 
 warnings.showwarning = break_on_warning
+warnings.simplefilter("always", RuntimeWarning)  # every occurrence, not once per line
 
 
 def standardise(x: torch.Tensor) -> torch.Tensor:
     std = x.std(dim=0)
     if bool((std == 0).any()):
-        warnings.warn("constant feature column in batch; standardising divides by zero", RuntimeWarning)
+        warnings.warn("constant feature column in batch; standardising divides by zero", RuntimeWarning, stacklevel=2)
         std = std.clamp_min(1e-6)
     return (x - x.mean(dim=0)) / std
 
