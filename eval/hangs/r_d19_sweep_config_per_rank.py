@@ -10,8 +10,8 @@ Launch: python 3
 Held out: session 11c
 
 The sweep varies `lr` and `val_every` (2, 3, 2 for jobs 0, 1, 2). At step 2 ranks 0 and 2
-validate and wait in the `broadcast` of the best score; rank 1 (val_every 3) waits in step 3's
-gradient `all_reduce`.
+validate and wait in the barrier before rank 0 writes the best checkpoint; rank 1 (val_every 3)
+waits in step 3's gradient `all_reduce`.
 """
 
 import os
@@ -46,9 +46,10 @@ def job_config(root: Path) -> dict[str, Any]:
 def validate(model: nn.Module, best: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         score = -model(torch.ones(32, 6)).pow(2).mean()
-    best = torch.maximum(best, score.reshape(1))
-    dist.broadcast(best, src=0)
-    return best
+    dist.barrier()  # every rank done with its step before rank 0 writes the checkpoint
+    if dist.get_rank() == 0 and bool(score > best):
+        torch.save(model.state_dict(), Path(tempfile.gettempdir()) / "h11c-best.pt")
+    return torch.maximum(best, score.reshape(1))
 
 
 def main() -> None:
