@@ -132,7 +132,9 @@ def test_a_tool_a_rank_starts_through_a_shell_is_not_a_rank() -> None:
             _proc(10, 1, ("/venv/bin/python", "/venv/bin/torchrun", "--nproc-per-node=2", "train.py")),
             _proc(11, 10, ("/venv/bin/python", "-u", "train.py"), RANK="0", LOCAL_RANK="0", **job),
             _proc(12, 10, ("/venv/bin/python", "-u", "train.py"), RANK="1", LOCAL_RANK="1", **job),
-            _proc(13, 11, ("/bin/sh", "-c", "python -u -c '...' | grep READY"), RANK="0", LOCAL_RANK="0", **job),
+            _proc(
+                13, 11, ("/bin/sh", "-c", "python -u -c '...' | grep READY"), RANK="0", LOCAL_RANK="0", **job
+            ),
             _proc(14, 13, ("/venv/bin/python", "-u", "-c", "..."), RANK="0", LOCAL_RANK="0", **job),
             _proc(15, 13, ("grep", "READY"), RANK="0", LOCAL_RANK="0", **job),
         )

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 
 from triage.core.hang.classify import JOINING, RankState, classify, in_distributed
 from triage.core.hang.dispatch import set_up_apart
-from triage.core.hang.errors_apart import errors_apart
 from triage.core.hang.drift import drifted
+from triage.core.hang.errors_apart import errors_apart
 from triage.core.hang.hooks import interpreter_order
 from triage.core.hang.locks import lock_cycle
 from triage.core.hang.mismatch import (
