@@ -262,13 +262,21 @@ def _is_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
         return spawned_rank(proc, procs)
     if not proc.rank_in_env and not _uses_torch(proc.pid):  # `--rank` of something else
         return False
+    return _rank_ancestor(proc, procs) is None
+
+
+def _rank_ancestor(proc: Proc, procs: dict[int, Proc]) -> Proc | None:
+    """A Python ancestor of `proc` with its RANK and LOCAL_RANK, below any launcher: `proc` is that
+    rank's own child (a DataLoader worker, or a tool it started through a shell: `sh -c "python
+    server.py | grep READY"` passes the rank's environment on), not a rank."""
+    seen: set[int] = set()
     parent = procs.get(proc.ppid)
-    return not (
-        parent is not None
-        and parent.is_python
-        and parent.rank == proc.rank
-        and parent.local_rank == proc.local_rank
-    )
+    while parent is not None and parent.pid not in seen and len(seen) < 64 and not parent.launcher:
+        if parent.is_python and parent.rank == proc.rank and parent.local_rank == proc.local_rank:
+            return parent
+        seen.add(parent.pid)
+        parent = procs.get(parent.ppid)
+    return None
 
 
 # Where no launcher process is seen (its node's agent, another container), the variables it set.

@@ -119,3 +119,25 @@ def test_a_rank_s_pid_stands_for_every_rank_of_its_job() -> None:
     assert [p.pid for p in find_ranks([32], procs)] == [31, 32]
     # no master in the environment (the script's own init_method): nothing ties it to others
     assert [p.pid for p in find_ranks([42], procs)] == [42]
+
+
+def test_a_tool_a_rank_starts_through_a_shell_is_not_a_rank() -> None:
+    """`sh -c "python server.py | grep READY"` from rank 0 passes RANK=0 on to the server: a
+    Python process whose nearest Python ancestor below the launcher has its rank is that rank's
+    child, even with a shell between them (the bench read "ranks 0, 0" before)."""
+    job = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "none"}
+    procs = {
+        p.pid: p
+        for p in (
+            _proc(10, 1, ("/venv/bin/python", "/venv/bin/torchrun", "--nproc-per-node=2", "train.py")),
+            _proc(11, 10, ("/venv/bin/python", "-u", "train.py"), RANK="0", LOCAL_RANK="0", **job),
+            _proc(12, 10, ("/venv/bin/python", "-u", "train.py"), RANK="1", LOCAL_RANK="1", **job),
+            _proc(
+                13, 11, ("/bin/sh", "-c", "python -u -c '...' | grep READY"), RANK="0", LOCAL_RANK="0", **job
+            ),
+            _proc(14, 13, ("/venv/bin/python", "-u", "-c", "..."), RANK="0", LOCAL_RANK="0", **job),
+            _proc(15, 13, ("grep", "READY"), RANK="0", LOCAL_RANK="0", **job),
+        )
+    }
+    assert [p.pid for p in find_ranks([10], procs)] == [11, 12]
+    assert [p.pid for p in find_ranks([12], procs)] == [11, 12]

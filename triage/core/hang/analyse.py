@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from triage.core.hang.classify import JOINING, RankState, classify, in_distributed
 from triage.core.hang.dispatch import set_up_apart
 from triage.core.hang.drift import drifted
+from triage.core.hang.errors_apart import errors_apart
 from triage.core.hang.hooks import interpreter_order
 from triage.core.hang.locks import lock_cycle
 from triage.core.hang.mismatch import (
@@ -347,7 +348,10 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
         diagnoses, suspects, verdict = _straggler(waiting, others)
     elif len(waiting) > 1:
         diagnoses, suspects, verdict = (
-            interpreter_order(tuple(waiting)) or set_up_apart(tuple(waiting)) or mismatch(tuple(waiting))
+            interpreter_order(tuple(waiting))
+            or set_up_apart(tuple(waiting))
+            or errors_apart(tuple(waiting))
+            or mismatch(tuple(waiting))
         )
     else:
         only = waiting[0].state

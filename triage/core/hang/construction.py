@@ -4,8 +4,9 @@ A method's collective runs only on the ranks that hold an instance of its class.
 place the source makes that class (`ModelCheckpoint(...)`) sits inside an `if` (or `x if test
 else y`), only the processes whose test held have one: a callback registered from a per-rank
 config (`if cfg["checkpoint"]["enabled"]: callbacks.append(ModelCheckpoint(...))`), a writer made
-on the main process only. A class made anywhere outside an `if` (or only under `if __name__ ==
-"__main__":`, which every process runs) says nothing.
+on the main process only; a custom autograd Function applied only under an `if` (`if long:
+k = GatherKeys.apply(k)`) runs its `backward` only there. A class made anywhere outside an `if`
+(or only under `if __name__ == "__main__":`, which every process runs) says nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +27,27 @@ def _owner(chain: list[ast.AST]) -> str:
 
 
 def _is_making(node: ast.AST, owner: str) -> bool:
-    return isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == owner
+    """A call that makes `owner` (`Owner(...)`), or runs it where it is a custom autograd Function
+    (`Owner.apply(...)`: its `backward` runs only where its forward was applied)."""
+    if not isinstance(node, ast.Call):
+        return False
+    names = ast.unparse(node.func).split(".")
+    return names[-1] == owner or names[-2:] == [owner, "apply"]
+
+
+def suppressing_with(chain: list[ast.AST]) -> tuple[int, int] | None:
+    """The innermost `with contextlib.suppress(...)` (or `suppress(...)`) of the line's own function
+    around it, as (its line, its last line): its body's exceptions are swallowed there."""
+    for node in reversed(chain):
+        if isinstance(node, _FUNCTIONS):
+            return None
+        if isinstance(node, ast.With | ast.AsyncWith) and any(
+            isinstance(i.context_expr, ast.Call)
+            and ast.unparse(i.context_expr.func).split(".")[-1] == "suppress"
+            for i in node.items
+        ):
+            return node.lineno, node.end_lineno or node.lineno
+    return None
 
 
 def made_only_under(tree: ast.AST, chain: list[ast.AST], source: str) -> str:

@@ -112,7 +112,7 @@ def left_by_jump(early: RankState, busy: RankState) -> tuple[int, str, str] | No
 
 
 # A test for a loss or gradient gone NaN / inf (`if not torch.isfinite(loss)`, `if math.isnan(x)`).
-_NON_FINITE = re.compile(r"isfinite|isnan|isinf|\bnan\b|\binf\b|overflow", re.IGNORECASE)
+NON_FINITE = re.compile(r"isfinite|isnan|isinf|\bnan\b|\binf\b|overflow", re.IGNORECASE)
 
 
 def skipped_iteration(early: RankState, busy: RankState) -> tuple[int, str, str, bool, str] | None:
@@ -128,13 +128,13 @@ def skipped_iteration(early: RankState, busy: RankState) -> tuple[int, str, str,
         if ctx.loop != (first, last):
             continue
         for line, test in ctx.skips:
-            non_finite = bool(_NON_FINITE.search(test))
+            non_finite = bool(NON_FINITE.search(test))
             if non_finite or _counted(header):
                 return line, test, header, non_finite, "continue"
     parted = parting(early, busy)
     inner = next((h for first, last, h, ctx in loops if ctx.loop == (first, last)), "")
     for _, ctx in _outermost_first(busy)[parted[4] + 1 :] if parted and inner else ():
-        found = next(((line, test) for line, test in ctx.returns if _NON_FINITE.search(test)), None)
+        found = next(((line, test) for line, test in ctx.returns if NON_FINITE.search(test)), None)
         if found:
             return *found, inner, True, "return"
     return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import re
 
-from triage.core.hang.construction import made_only_under
+from triage.core.hang.construction import made_only_under, suppressing_with
 from triage.core.hang.iteration import loop_ends
 from triage.core.hang.stacks import LineContext
 
@@ -353,4 +353,6 @@ def line_context(source: str, line: int) -> LineContext:
         endless=endless,
         memoised=_memoised(chain),
         made_if=made_only_under(tree, chain, source),
+        raises=tuple((line, test) for line, test, node in exits if isinstance(node, ast.Raise)),
+        suppressed=suppressing_with(chain),
     )

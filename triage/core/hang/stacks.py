@@ -88,6 +88,12 @@ class LineContext:
     # The line's function is a method of a class that the source makes only under an `if` (every
     # `Cls(...)` call sits in one): that `if`'s test. Only ranks whose test held hold an instance.
     made_if: str = ""
+    # The `if`s before the line in its own function whose body ends in a `raise`, innermost first,
+    # as (line, test): a rank where the test held left by an exception its caller may catch.
+    raises: tuple[tuple[int, str], ...] = ()
+    # The innermost `with contextlib.suppress(...)` of the line's own function around it, as (the
+    # `with` line, its last line): an exception in its body is swallowed there, as by a `try`.
+    suppressed: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
