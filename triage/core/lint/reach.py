@@ -49,7 +49,13 @@ def anchored(ctx: Context, node: ast.AST) -> bool:
     outer = _owners(ctx, node)
     if outer and outer[0] in callbacks(ctx):
         return False
-    return has_entry(ctx) or reached(ctx, node) or _reads_rank(ctx, node) or _in_gated_class(ctx, node)
+    return (
+        has_entry(ctx)
+        or reached(ctx, node)
+        or _reads_rank(ctx, node)
+        or _in_gated_class(ctx, node)
+        or _called_ungated_by_rank_reader(ctx, node)
+    )
 
 
 def reached(ctx: Context, node: ast.AST) -> bool:
@@ -81,6 +87,60 @@ def _reads_rank(ctx: Context, node: ast.AST) -> bool:
         if cached:
             return True
     return False
+
+
+def _called_ungated_by_rank_reader(ctx: Context, node: ast.AST) -> bool:
+    """Whether the function holding `node` is called, under no rank condition, from a function that
+    reads the rank itself (xla's `_save` calls `self._delete_chkpt_at_step(step)` before its own
+    `if dist.get_rank(self.pg) == 0:`): it runs on every rank that its caller runs on."""
+    function = next((a for a in ctx.script.ancestors(node) if isinstance(a, FunctionNode)), None)
+    if function is None or _picks_its_own_process(function):
+        return False
+    for c in ctx.script.call_list:
+        local = ctx.script.local_function(c.node)
+        if (
+            local is function
+            and ctx.script.scope_of(c.node) is not function
+            and ctx.ranks.effective_gate(c.node) is None
+            and _tests_rank(ctx, ctx.script.scope_of(c.node))
+        ):
+            return True
+    return False
+
+
+_PROCESS_WORDS = ("rank", "main", "master", "replica")
+
+
+def _picks_its_own_process(function: FunctionNode) -> bool:
+    """A function with a process test of its own, even one this file cannot read (`if dp_id == 0
+    and stage_id == 0:`, `if pending["is_main"]:`, `if is_main_replica(...)`): its own gates say
+    where its work runs, not its caller's ranks."""
+    for outer in ast.walk(function):
+        if not isinstance(outer, ast.If | ast.IfExp):
+            continue
+        for inner in ast.walk(outer.test):
+            if isinstance(inner, ast.Compare) and any(
+                isinstance(c, ast.Constant) and c.value == 0 for c in inner.comparators
+            ):
+                return True
+            word = (
+                inner.value
+                if isinstance(inner, ast.Constant) and isinstance(inner.value, str)
+                else dotted(inner)
+                if isinstance(inner, ast.Name | ast.Attribute)
+                else ""
+            )
+            if any(w in word.lower() for w in _PROCESS_WORDS):
+                return True
+    return False
+
+
+def _tests_rank(ctx: Context, scope: ast.AST) -> bool:
+    """Whether a function tests the rank in a condition of its own (`if dist.get_rank() == 0:`)."""
+    return isinstance(scope, FunctionNode) and any(
+        isinstance(inner, ast.If) and ctx.ranks.side(inner.test, scope) is not None
+        for inner in ast.walk(scope)
+    )
 
 
 def _in_gated_class(ctx: Context, node: ast.AST) -> bool:

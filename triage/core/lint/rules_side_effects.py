@@ -283,15 +283,11 @@ def _write(ctx: Context, call: Call) -> str | None:
         if any(mentions_rank(ctx, arg, call, depth=1) for arg in given):
             return None
         return "SummaryWriter() runs on every rank: one event file per process in the log directory; create it on rank 0 only"
-    if (
-        name == "shutil.rmtree"
-        and not kwarg_true(call, "ignore_errors")
-        and len(call.node.args) == 1
-        and not temporary(ctx, call.node.args[0], call)
-    ):
+    if _tree_removal(ctx, call):
         return (
-            "shutil.rmtree() runs on every rank: the processes delete the same tree at once and all but"
-            " one fail with FileNotFoundError; delete on rank 0 (or pass ignore_errors=True)"
+            f"{'shutil.rmtree' if name == 'shutil.rmtree' else ctx.script.text(call.node.func, 40)}() runs on"
+            " every rank: the processes delete the same tree at once and all but one fail with"
+            " FileNotFoundError; delete on rank 0 (or pass ignore_errors=True)"
         )
     if _shared_removal(ctx, call):
         return (
@@ -338,6 +334,20 @@ def _shared_removal(ctx: Context, call: Call) -> bool:
             return False
         child = parent
     return True
+
+
+def _tree_removal(ctx: Context, call: Call) -> bool:
+    """`shutil.rmtree(p)`, or a file-system object's (fsspec, gfile) `fs.rmtree(p)` or
+    `fs.rm(p, recursive=True)`, of a path that is not temporary and with no errors ignored."""
+    if call.name == "shutil.rmtree":
+        if kwarg_true(call, "ignore_errors") or len(call.node.args) != 1:
+            return False
+    elif call.receiver is None or not (
+        call.tail == "rmtree" or (call.tail == "rm" and kwarg_true(call, "recursive"))
+    ):
+        return False
+    path = call.node.args[0] if call.node.args else call.kwarg("path")
+    return path is not None and not temporary(ctx, path, call)
 
 
 def _tested(ctx: Context, call: Call) -> bool:

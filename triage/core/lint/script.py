@@ -262,6 +262,8 @@ class Script:
                 found.add("torch.distributed")
             elif call.tail in SPAWNERS and name.startswith("torch.multiprocessing"):
                 found.add("spawn")
+            elif call.tail == "no_sync" and call.receiver is not None and not call.node.args:
+                found.add("torch.distributed")  # `model.no_sync()`: only a DDP/FSDP model has it
             elif name == "transformers.Trainer" or name.endswith(".Seq2SeqTrainer"):
                 found.add("hf_trainer")
             elif call.tail in ("getenv", "get") or name.endswith("environ.get"):
