@@ -38,9 +38,7 @@ _SRUN = re.compile(r" {0,6}(?P<rank>\d{1,6}): ")
 # name is lower case with a digit or a hyphen, which a Python exception or module path is not.
 # With a hostfile of addresses the host is an IPv4 address (`10.0.87.143: `), and a runner that
 # wraps pdsh repeats it (`10.0.87.143: 10.0.87.143: ...`).
-_PDSH = re.compile(
-    r"(?P<host>(?=[a-z0-9.-]*[0-9-])[a-z][a-z0-9.-]{0,62}[a-z0-9]|\d{1,3}(?:\.\d{1,3}){3}): "
-)
+_PDSH = re.compile(r"(?P<host>(?=[a-z0-9.-]*[0-9-])[a-z][a-z0-9.-]{0,62}[a-z0-9]|\d{1,3}(?:\.\d{1,3}){3}): ")
 _PROCESS = re.compile(r"\((?:[A-Za-z_][\w.]*) pid=\d+(?:, ip=[\w.:-]+)?\) ")
 _NCCL = re.compile(r"(?P<host>[\w.-]+):\d+:\d+ \[(?P<rank>\d{1,4})\] ")
 _COLLECTOR_TIME = re.compile(
