@@ -144,3 +144,33 @@ def test_the_python_loggers_relay_of_a_worker_traceback_is_peeled(line: str, bod
     """With the fork start method torch's logger relays each line of the worker's traceback behind
     its own glog prefix (real output, accelerate's notebook_launcher): the line is the worker's."""
     assert split_prefix(line).body == (line if body is None else body)
+
+
+@pytest.mark.parametrize(
+    ("line", "rank", "host", "body"),
+    [
+        # DeepSpeed's pdsh runner with a hostfile of addresses (eval/logs/v.yaml, ChatGLM-6B#748)
+        (
+            "36.139.225.141:     deepspeed.init_distributed(timeout=timedelta(seconds=self.ddp_timeout))",
+            None,
+            "36.139.225.141",
+            "    deepspeed.init_distributed(timeout=timedelta(seconds=self.ddp_timeout))",
+        ),
+        # the host repeated by a runner that wraps pdsh, then NCCL's own prefix (eval/logs/g.yaml)
+        (
+            "10.0.87.143: 10.0.87.143: ip-10-0-87-143:149:298 [5] NCCL INFO transport.cc:111 -> 2",
+            5,
+            "10.0.87.143",
+            "NCCL INFO transport.cc:111 -> 2",
+        ),
+        # a second, different host name is the message's, not a prefix
+        ("algo-1: algo-2: ready", None, "algo-1", "algo-2: ready"),
+    ],
+)
+def test_pdsh_host_prefixes_by_address(line: str, rank: int | None, host: str | None, body: str) -> None:
+    split = split_prefix(line)
+    assert (split.rank, split.host, split.body) == (rank, host, body)
+
+
+def test_a_version_number_is_no_host() -> None:
+    assert split_prefix("2.4.8: build ok").body == "2.4.8: build ok"

@@ -36,7 +36,9 @@ _MPI = re.compile(r"\[\d+,(?P<rank>\d{1,6})\]<std(?:out|err)>: ?")
 _SRUN = re.compile(r" {0,6}(?P<rank>\d{1,6}): ")
 # pdsh (DeepSpeed's multi-node runner, clush) puts the host in front: `worker-1: ...`. A host
 # name is lower case with a digit or a hyphen, which a Python exception or module path is not.
-_PDSH = re.compile(r"(?P<host>(?=[a-z0-9.-]*[0-9-])[a-z][a-z0-9.-]{0,62}[a-z0-9]): ")
+# With a hostfile of addresses the host is an IPv4 address (`10.0.87.143: `), and a runner that
+# wraps pdsh repeats it (`10.0.87.143: 10.0.87.143: ...`).
+_PDSH = re.compile(r"(?P<host>(?=[a-z0-9.-]*[0-9-])[a-z][a-z0-9.-]{0,62}[a-z0-9]|\d{1,3}(?:\.\d{1,3}){3}): ")
 _PROCESS = re.compile(r"\((?:[A-Za-z_][\w.]*) pid=\d+(?:, ip=[\w.:-]+)?\) ")
 _NCCL = re.compile(r"(?P<host>[\w.-]+):\d+:\d+ \[(?P<rank>\d{1,4})\] ")
 _COLLECTOR_TIME = re.compile(
@@ -104,9 +106,10 @@ def split_prefix(line: str) -> Split:
                 or _PROCESS.match(body)
                 or _relayed(body)
             )
-            if peeled is None and host is None and rank is None:
-                peeled = _PDSH.match(body)
-                host = peeled["host"] if peeled is not None else None
+            if peeled is None and rank is None:
+                pdsh = _PDSH.match(body)
+                if pdsh is not None and host in (None, pdsh["host"]):
+                    peeled, host = pdsh, pdsh["host"]
             if peeled is None:
                 break
             body = body[peeled.end() :]

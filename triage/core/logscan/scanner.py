@@ -60,6 +60,9 @@ _MESSAGE_BELOW = (b"error:", b"exception:")  # with nothing after them: the mess
 # torchrun's own Python INFO lines (`I1122 20:38:52.899000 24270 ...api.py:942]`) report decisions
 # such as a restart, and stay.
 _GLOG_INFO = re.compile(r"^\s*\[I\d{4} \d\d:\d\d:\d\d")
+# NCCL's INFO lines that report a choice it made (`NCCL INFO Bootstrap : Using eth0:172.17.0.3<0>`):
+# a signature on one names the setting behind a failure, never the failure itself.
+_NCCL_SETTING = re.compile(r"^\s*NCCL INFO (?:Bootstrap|NET/Socket|NET/IB) : Using ")
 # glog WARNING lines: `[W1104 01:29:53.26 ...]`, `W1122 20:20:46.66 ...`, and older torch's `[W socket.cpp:436]`.
 _WARNING_LEVEL = re.compile(r"^\s*\[?W(\d{4} \d\d:\d\d:\d\d| [\w.]+:\d+\])")
 OWN_ERROR_KINDS = ("exception", "terminate", "abort", "warn", "detail")
@@ -290,8 +293,8 @@ class Scanner:
             role = "frame"  # the same, when the paste lost the frame above it
         elif UMBRELLA.search(body):
             role = "umbrella"
-        elif _GLOG_INFO.match(body):
-            role = "info"  # progress, not failure
+        elif _GLOG_INFO.match(body) or _NCCL_SETTING.match(body):
+            role = "info"  # progress or a setting, not failure
         elif _WARNING_LEVEL.match(body):
             role = "warning"  # a warning: it names a cause, but an error printed with it comes first
         for position in candidates:
