@@ -32,9 +32,9 @@ def main() -> None:
     parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", -1)))
     args = parser.parse_args()
     dist.init_process_group("gloo")
-    if args.local_rank == -1:
-        # two "nodes" of two processes each
-        args.local_rank = dist.get_rank() % 2
+    if args.local_rank != -1:
+        # two "nodes" of two processes each, simulated on one machine
+        args.local_rank %= 2
 
     if args.local_rank not in [-1, 0]:
         dist.barrier()  # Make sure only the first process in distributed training processes the dataset

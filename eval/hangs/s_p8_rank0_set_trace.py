@@ -4,10 +4,10 @@ the gradients after the first backward.
 Hang class: a debugger prompt on one rank of a multi-process job.
 Label: P8
 Odd ranks: 0
-Launch: python 2
+Launch: torchrun 2
 Held out: session 11d
 
-Rank 0 sits at pdb's prompt (its stdin is the shell's, still open); rank 1 has gone on to step 1
+Rank 0 sits at pdb's prompt (torchrun's stdin, still open); rank 1 has gone on to step 1
 and waits in the gradient `all_reduce`.
 """
 
