@@ -210,3 +210,29 @@ def test_ranks_at_the_same_line_in_different_epochs_drifted_apart() -> None:
     assert "for epoch in range(10)" in picture.diagnoses[0].evidence[0]
     # without the counters the same stacks name nobody
     assert _job("i_d9_generator_pairs").suspect_ranks == ()
+
+
+def test_a_rank_whose_executor_joins_its_workers_at_exit_has_ended() -> None:
+    """The main thread raised (a DataLoader worker's error) and sits in threading's `_shutdown`
+    under a ThreadPoolExecutor's exit hook, joining a task that polls for ever: a crashed rank."""
+    state = classify(_rank("s_d20_loader_worker_error_uploader", 1, 2))
+    assert state.kind == "exited" and "script ended" in state.detail, state
+    picture = _job("s_d20_loader_worker_error_uploader")
+    assert picture.diagnoses[0].entry == "D20" and picture.suspect_ranks == (1,), _says(picture)
+
+
+def test_an_outer_counting_loop_left_under_a_rank_test_is_a_rank_local_decision() -> None:
+    """Early stopping decided on rank 0 only: its `break` leaves `for epoch in range(100)` under
+    `if rank == 0:` while ranks 1, 2 are in the inner `for _ in range(30)`: not out of data."""
+    picture = _job("s_d19_rank0_early_stop_break")
+    assert picture.diagnoses[0].entry == "D19" and picture.suspect_ranks == (0,), _says(picture)
+    assert "break" in picture.diagnoses[0].evidence[0]
+
+
+def test_a_rank_that_took_none_of_the_paired_rank_conditional_barriers_is_the_odd_one() -> None:
+    """`if local_rank not in [-1, 0]: barrier()` then `if dist.get_rank() == 0: barrier()` on two
+    simulated nodes: ranks 1, 3 and 0 meet in barrier() at two lines; rank 2 (local rank 0 of
+    the second node) passed both and waits in all_reduce."""
+    picture = _job("s_d21_local_rank_barrier_mixed", "python")
+    assert picture.diagnoses[0].entry == "D21" and picture.suspect_ranks == (2,), _says(picture)
+    assert "neither branch" in picture.diagnoses[0].evidence[0]

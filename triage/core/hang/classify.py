@@ -245,15 +245,13 @@ def _waits_for_thread(frames: tuple[Frame, ...]) -> bool:
 
 # The interpreter's exit: the main thread's script is over (returned, or raised and printed its
 # traceback) and Python waits for the non-daemon threads still running before the process ends.
+# Above `threading._shutdown` sit only its exit hooks (`threading._register_atexit`: a
+# ThreadPoolExecutor's `_python_exit` joins its workers), never the script's own frames.
 _ENDED = "its script ended (returned or raised); a non-daemon thread keeps the process alive"
 
 
 def _script_ended(frames: tuple[Frame, ...]) -> bool:
-    return (
-        bool(frames)
-        and frames[-1].function == "_shutdown"
-        and all(f.file.endswith("/threading.py") for f in frames)
-    )
+    return bool(frames) and frames[-1].function == "_shutdown" and frames[-1].file.endswith("/threading.py")
 
 
 def classify(sample: RankSample) -> RankState:

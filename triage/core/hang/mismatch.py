@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from triage.core.hang.classify import RankState
+from triage.core.hang.paired_branches import paired_branches
 from triage.core.hang.paths import (
     branch_only,
     conditional_only,
@@ -224,6 +225,13 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
         )
         verdict = f"{rank_label(odd.ranks)} issued a collective from a signal handler ({sig})"
         return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], ints(odd.ranks), verdict
+    paired = paired_branches(groups)
+    if paired is not None:
+        return (
+            [Diagnosis("D21", (paired[1], described)), Diagnosis("D19", (described,))],
+            paired[0],
+            paired[2],
+        )
     branch = _rank_branch(groups)
     if branch is not None:
         odd, (file, line, test) = branch

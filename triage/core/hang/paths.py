@@ -101,13 +101,21 @@ def left_by_jump(early: RankState, busy: RankState) -> tuple[int, str, str] | No
     """A counting loop `busy` is still in, that `early` left through one of its `break`s or
     `return`s, or a `while` loop on a test of the ranks' own values that `early` left when its
     test turned false: (the jump's or the test's line, its kind, the loop's header), or None."""
-    for first, last, header, ctx in _busy_loops(early, busy):
+    loops = _busy_loops(early, busy)
+    for first, last, header, ctx in loops:
         if _own_test(header) and ctx.loop == (first, last):
             return first, "test", header
         if (_counted(header) or first in ctx.endless) and ctx.loop == (first, last):
             jump = next(((line, kind) for line, kind in ctx.jumps if kind in ("break", "return")), None)
             if jump:
                 return (*jump, header)
+    # An outer counting loop left through a jump only some ranks take (`if rank == 0: break`)
+    # while the others are still in a loop inside it.
+    for first, _, header, ctx in loops:
+        if _counted(header) or first in ctx.endless:
+            ranked = next(((line, kind) for loop, line, kind in ctx.rank_jumps if loop == first), None)
+            if ranked:
+                return (*ranked, header)
     return None
 
 

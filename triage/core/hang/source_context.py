@@ -10,6 +10,7 @@ import re
 
 from triage.core.hang.construction import made_only_under, suppressing_with
 from triage.core.hang.iteration import loop_ends
+from triage.core.hang.rank_exits import rank_jumps
 from triage.core.hang.stacks import LineContext
 
 # Tests that single out some ranks: `if rank == 0`, `dist.get_rank() != 0`, `is_main_process`,
@@ -355,4 +356,5 @@ def line_context(source: str, line: int) -> LineContext:
         made_if=made_only_under(tree, chain, source),
         raises=tuple((line, test) for line, test, node in exits if isinstance(node, ast.Raise)),
         suppressed=suppressing_with(chain),
+        rank_jumps=rank_jumps(chain, source, RANK_TEST),
     )

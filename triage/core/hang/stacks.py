@@ -94,6 +94,9 @@ class LineContext:
     # The innermost `with contextlib.suppress(...)` of the line's own function around it, as (the
     # `with` line, its last line): an exception in its body is swallowed there, as by a `try`.
     suppressed: tuple[int, int] | None = None
+    # The `break`s / `return`s under a rank test of every loop of the line's own function around
+    # it, as (the loop's first line, the jump's line, "break" / "return"): rank_exits.py.
+    rank_jumps: tuple[tuple[int, int, str], ...] = ()
 
 
 @dataclass(frozen=True)
