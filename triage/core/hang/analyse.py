@@ -30,13 +30,12 @@ from triage.core.hang.mismatch import (
     Group,
     ints,
     mismatch,
-    rank_label,
     wait_in_new_group,
 )
 from triage.core.hang.record_compare import agreement, compare, state_from_record
 from triage.core.hang.recorded import RankRecord
 from triage.core.hang.roots import disagreed_root
-from triage.core.hang.stacks import RankSample
+from triage.core.hang.stacks import RankSample, rank_label
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import itertools
 import re
 
-from triage.core.hang.mismatch import Diagnosis, Group, _fewer, _rank_branch, rank_label
+from triage.core.hang.mismatch import Diagnosis, Group, fewer, rank_branch
 from triage.core.hang.paths import conditional_only, parting
-from triage.core.hang.stacks import Frame, LineContext
+from triage.core.hang.stacks import Frame, LineContext, rank_label
 
 Reading = tuple[list[Diagnosis], tuple[int, ...], str]
 
@@ -68,7 +68,7 @@ def _registered(groups: tuple[Group, ...]) -> Reading | None:
             f"{rank_label(odd.ranks)} is in a collective of an object only some ranks made "
             f"(`if {ctx.made_if}:`)"
         )
-        return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], _fewer(odd, groups), verdict
+        return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], fewer(odd, groups), verdict
     return None
 
 
@@ -97,7 +97,7 @@ def _periodic_after_skip(groups: tuple[Group, ...]) -> Reading | None:
                 f"{rank_label(odd.ranks)} ran ahead by skipping a step (`if {skip[1]}: continue`) and "
                 f"waits in a periodic collective (`{found[1]}`)"
             )
-            return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], _fewer(odd, groups), verdict
+            return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], fewer(odd, groups), verdict
     return None
 
 
@@ -105,6 +105,6 @@ def set_up_apart(groups: tuple[Group, ...]) -> Reading | None:
     """The reading of `groups` (in different collectives) where an object made on some ranks only,
     or a skip earlier in the loop, put the ranks on different paths; None where a rank test around
     a collective says more (mismatch.py reads that one)."""
-    if _rank_branch(groups) is not None:
+    if rank_branch(groups) is not None:
         return None
     return _registered(groups) or _periodic_after_skip(groups)

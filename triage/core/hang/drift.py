@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from triage.core.hang.mismatch import Diagnosis, rank_label
+from triage.core.hang.mismatch import Diagnosis
 from triage.core.hang.paths import data_header
-from triage.core.hang.stacks import RankSample
+from triage.core.hang.stacks import RankSample, rank_label
 
 if TYPE_CHECKING:
     from triage.core.hang.analyse import HangPicture

@@ -21,8 +21,9 @@ from __future__ import annotations
 import re
 
 from triage.core.hang.classify import RankState
-from triage.core.hang.mismatch import Diagnosis, Group, _fewer, _rank_branch, ints, rank_label
+from triage.core.hang.mismatch import Diagnosis, Group, fewer, ints, rank_branch
 from triage.core.hang.paths import NON_FINITE, branch_only, conditional_only, in_handler, parting
+from triage.core.hang.stacks import rank_label
 
 Reading = tuple[list[Diagnosis], tuple[int, ...], str]
 
@@ -100,7 +101,7 @@ def _went_round(groups: tuple[Group, ...]) -> Reading | None:
                 _described(groups),
             )
             verdict = f"{rank_label(ahead.ranks)} skipped a collective through a swallowed exception"
-            return [Diagnosis("D19", evidence), Diagnosis("D20", evidence)], _fewer(ahead, groups), verdict
+            return [Diagnosis("D19", evidence), Diagnosis("D20", evidence)], fewer(ahead, groups), verdict
     return None
 
 
@@ -131,7 +132,7 @@ def _applied_only(groups: tuple[Group, ...]) -> Reading | None:
             f"{rank_label(odd.ranks)} is in a collective of an autograd Function's backward that only "
             f"some ranks applied (`if {ctx.made_if}:`)"
         )
-        return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], _fewer(odd, groups), verdict
+        return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], fewer(odd, groups), verdict
     return None
 
 
@@ -153,7 +154,7 @@ def _own_period(groups: tuple[Group, ...]) -> Reading | None:
                 _described(groups),
             )
             verdict = f"the ranks disagree on the period of `{found[1]}` (a per-rank setting)"
-            return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], _fewer(odd, groups), verdict
+            return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], fewer(odd, groups), verdict
     return None
 
 
@@ -161,6 +162,6 @@ def errors_apart(groups: tuple[Group, ...]) -> Reading | None:
     """The reading of `groups` (in different collectives) where an exception, an autograd Function
     applied under an `if`, or a per-rank period parted the ranks; None where a rank test around a
     collective says more (mismatch.py reads that one)."""
-    if _rank_branch(groups) is not None:
+    if rank_branch(groups) is not None:
         return None
     return _recovered(groups) or _went_round(groups) or _applied_only(groups) or _own_period(groups)

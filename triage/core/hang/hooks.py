@@ -22,9 +22,9 @@ from __future__ import annotations
 import re
 
 from triage.core.hang.classify import RankState
-from triage.core.hang.mismatch import Diagnosis, Group, _rank_branch, ints, rank_label
+from triage.core.hang.mismatch import Diagnosis, Group, ints, rank_branch
 from triage.core.hang.paths import context, none_over_data
-from triage.core.hang.stacks import Frame, LineContext
+from triage.core.hang.stacks import Frame, LineContext, rank_label
 
 Reading = tuple[list[Diagnosis], tuple[int, ...], str]
 
@@ -128,7 +128,7 @@ def _cache_hit(groups: tuple[Group, ...]) -> Reading | None:
     ]
     missed = [(g, m) for g, m in found if m]
     hit = tuple(r for g, m in found if not m for r in g.ranks)
-    if not missed or not hit or _rank_branch(groups) is not None:
+    if not missed or not hit or rank_branch(groups) is not None:
         return None
     odd, (frame, ctx) = missed[0]
     evidence = (

@@ -15,8 +15,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from triage.core.hang.classify import in_distributed, is_library, user_frame
-from triage.core.hang.mismatch import Diagnosis, rank_label
-from triage.core.hang.stacks import Frame, RankSample, ThreadStack
+from triage.core.hang.mismatch import Diagnosis
+from triage.core.hang.stacks import Frame, RankSample, ThreadStack, rank_label
 
 if TYPE_CHECKING:
     from triage.core.hang.analyse import HangPicture

@@ -43,6 +43,7 @@ from triage.core.hang.paths import (
     skipped_iteration,
     unwound,
 )
+from triage.core.hang.stacks import rank_label
 
 T = TypeVar("T")
 
@@ -69,14 +70,6 @@ class Diagnosis:
     evidence: tuple[str, ...]
 
 
-def rank_label(ranks: tuple[int | None, ...]) -> str:
-    """`rank 3`, `ranks 0, 1`, or `a process` where no rank is known."""
-    known = [r for r in ranks if r is not None]
-    if not known:
-        return "a process"
-    return ("rank " if len(known) == 1 else "ranks ") + ", ".join(str(r) for r in known)
-
-
 # What a rank's collective was issued by when it is a sharded model's parameter gather.
 SHARDED = ("FSDP", "ZeRO")
 # Blocking point-to-point calls: every rank of the world in one of them is a cycle of waits.
@@ -98,7 +91,7 @@ def _rank_tests(state: RankState) -> tuple[tuple[str, int, str], ...]:
     return ((state.user_frame.file, *test),) if test and state.user_frame else ()
 
 
-def _rank_branch(groups: tuple[Group, ...]) -> tuple[Group, tuple[str, int, str]] | None:
+def rank_branch(groups: tuple[Group, ...]) -> tuple[Group, tuple[str, int, str]] | None:
     """A group whose stack sits in a branch taken on some ranks only: under a rank test (around its
     own line, or around a call further up: `if rank == 0: save_checkpoint()` with the barrier
     inside) that the other groups' stacks are not under. A test around every stack singles no
@@ -128,7 +121,7 @@ def wait_in_new_group(ranks: tuple[int | None, ...]) -> str:
     return f"{rank_label(ranks)} {'waits' if len(ranks) == 1 else 'wait'} {_GROUPS_DIVERGED}"
 
 
-def _fewer(side: Group, groups: tuple[Group, ...]) -> tuple[int, ...]:
+def fewer(side: Group, groups: tuple[Group, ...]) -> tuple[int, ...]:
     """The odd ranks out when `side` took the other path: `side`, unless the rest are fewer (three
     ranks in a collective under a test, one past it: that one is the odd rank out)."""
     rest = tuple(r for g in groups if g is not side for r in g.ranks)
@@ -232,7 +225,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             paired[0],
             paired[2],
         )
-    branch = _rank_branch(groups)
+    branch = rank_branch(groups)
     if branch is not None:
         odd, (file, line, test) = branch
         where = odd.state.user_frame.where() if odd.state.user_frame else ""
@@ -246,7 +239,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             described,
         )
         verdict = f"{rank_label(odd.ranks)} is in a collective that only some ranks reach (`if {test}:`)"
-        return [Diagnosis("D21", evidence), Diagnosis("D19", (described,))], _fewer(odd, groups), verdict
+        return [Diagnosis("D21", evidence), Diagnosis("D19", (described,))], fewer(odd, groups), verdict
     thrown = _first_pair(groups, raised_through)
     if thrown:
         early, busy, (start, final, only_raised) = thrown
@@ -337,7 +330,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                         )
                     return [Diagnosis("D19", evidence), Diagnosis("D9", evidence)], ints(early.ranks), verdict
                 verdict = f"{rank_label(early.ranks)} ran out of batches before the others"
-                return [Diagnosis("D9", evidence), Diagnosis("D22", evidence)], _fewer(early, groups), verdict
+                return [Diagnosis("D9", evidence), Diagnosis("D22", evidence)], fewer(early, groups), verdict
     returned = _first_pair(groups, returned_early)
     if returned:
         early, busy, exit_ = returned
@@ -373,7 +366,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                 verdict = f"{rank_label(ahead.ranks)} skipped a collective the others wait in{why}"
                 return (
                     [Diagnosis("D19", evidence), Diagnosis(second, evidence)],
-                    _fewer(ahead, groups),
+                    fewer(ahead, groups),
                     verdict,
                 )
     again = _first_pair(groups, retried)
@@ -415,8 +408,8 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                 "is seeded apart (or not at all), so the ranks' draws differ",
                 described,
             )
-            return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], _fewer(odd, groups), verdict
-        return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], _fewer(odd, groups), verdict
+            return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], fewer(odd, groups), verdict
+        return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], fewer(odd, groups), verdict
     guarded = _first_pair(groups, conditional_only)
     if guarded:
         odd, other, (line, header, drifts) = guarded
@@ -433,7 +426,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
         )
         verdict = f"{rank_label(odd.ranks)} is in a collective only some ranks reach (`{header}`)"
         entries = ["D19", "D21"] if drifts or RANDOM_DRAW.search(header) else ["D21", "D19"]
-        return [Diagnosis(e, evidence) for e in entries], _fewer(odd, groups), verdict
+        return [Diagnosis(e, evidence) for e in entries], fewer(odd, groups), verdict
     sizes = Counter(len(g.ranks) for g in groups)
     largest = max(len(g.ranks) for g in groups)
     odd_ranks = (

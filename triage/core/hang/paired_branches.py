@@ -13,6 +13,7 @@ from typing import Protocol
 
 from triage.core.hang.classify import RankState
 from triage.core.hang.paths import context
+from triage.core.hang.stacks import rank_label
 
 
 class _Group(Protocol):
@@ -42,21 +43,18 @@ def paired_branches(groups: tuple[_Group, ...]) -> tuple[tuple[int, ...], str, s
         if not rest or any(g.state.kind != "collective" for g in rest) or not 0 < len(odd) < met_ranks:
             continue
         branches = "; ".join(
-            f"{_label(g.ranks)} under `if {t[1]}:` (line {t[0]})"
+            f"{rank_label(g.ranks)} under `if {t[1]}:` (line {t[0]})"
             for g, t in zip(met, tests, strict=True)
             if t
         )
-        others = "; ".join(f"{_label(g.ranks)} {g.state.describe()}" for g in rest)
+        others = "; ".join(f"{rank_label(g.ranks)} {g.state.describe()}" for g in rest)
         evidence = (
             f"{name}() at {len(met)} lines, each under a rank test, meant to meet each other: {branches}. "
-            f"{_label(odd)} took neither branch ({others}): its rank fails every test, so the "
+            f"{rank_label(odd)} took neither branch ({others}): its rank fails every test, so the "
             f"{name}() waits for it for ever",
         )
-        verdict = f"{_label(odd)} took none of the rank-conditional {name}() branches the other ranks met in"
+        verdict = (
+            f"{rank_label(odd)} took none of the rank-conditional {name}() branches the other ranks met in"
+        )
         return tuple(sorted(odd)), evidence[0], verdict
     return None
-
-
-def _label(ranks: tuple[int | None, ...]) -> str:
-    known = sorted(r for r in ranks if r is not None)
-    return f"rank {known[0]}" if len(known) == 1 else "ranks " + ", ".join(map(str, known))

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from triage.core.hang.mismatch import Diagnosis, rank_label
-from triage.core.hang.stacks import RankSample
+from triage.core.hang.mismatch import Diagnosis
+from triage.core.hang.stacks import RankSample, rank_label
 
 if TYPE_CHECKING:
     from triage.core.hang.analyse import HangPicture

@@ -134,3 +134,11 @@ class RankSample:
     # The integer locals of its user frames ("file:line", name, value): the loop counters, read
     # where it waits in a collective, to tell ranks at the same line in different iterations.
     counters: tuple[tuple[str, str, int], ...] = ()
+
+
+def rank_label(ranks: tuple[int | None, ...]) -> str:
+    """`rank 3`, `ranks 0, 1`, or `a process` where no rank is known."""
+    known = [r for r in ranks if r is not None]
+    if not known:
+        return "a process"
+    return ("rank " if len(known) == 1 else "ranks ") + ", ".join(str(r) for r in known)
