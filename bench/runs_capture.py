@@ -110,6 +110,15 @@ EXTRA: dict[str, str] = {
     "load_map_location_cuda.py": "loglevel-info",
     "slow_shard_read_rank1.py": "cpp-info",
     "fsdp_optim_subset_flat.py": "tee",
+    # session 11c (written before the engine was read)
+    "ddp_frozen_teacher_no_grad.py": "loglevel-info",
+    "argparse_local_rank_required.py": "loglevel-info",
+    "config_key_typo_all_ranks.py": "cpp-info",
+    "spawn_rank_world_swapped.py": "cpp-info",
+    "oom_rank3_two_nodes.py": "cpp-stack",
+    "eval_script_reduce_helper.py": "cpp-stack",
+    "rank0_vocab_broadcast_timeout.py": "detail",
+    "grad_disabled_after_eval.py": "tee",
 }
 # Variables that would make a run look launched or change torch's output (as triage.repro scrubs).
 _SCRUB = (

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from triage.core.logscan.native_checks import is_call, native_refusal
 from triage.core.logscan.prefixes import split_prefix
 from triage.core.logscan.transport import transport_wait
 
@@ -98,7 +99,9 @@ class Block:
     # a `raise` in torch's own code (the innermost frame) threw: with a check's exception class
     # (CHECK_CLASSES), torch refused the call the script made and the rank was not waiting in it
     raised_by_torch: bool = False
+    native_call: bool = False  # the innermost frame is torch's and quotes a call (native_checks.py)
     refused: bool = False  # and the exception that ended the block is of such a class
+    native_check: bool = False  # a C++ value or type check under torch's call (native_checks.py)
     _frame_path: str = ""  # the innermost frame so far, and its line in the log
     _frame_at: int = 0
 
@@ -136,11 +139,13 @@ class RankReader:
                 block = self._open[key] = Block(source, rank, number)
             self._frame(block, frame["file"], int(frame["line"]), frame["func"])
             block._frame_path, block._frame_at = frame["file"], number
+            block.native_call = False
             return
         block = self._open.get(key)
         if block is not None and block._frame_at == number - 1 and not block.newest_first:
-            if _RAISE.match(body) and _TORCH_FILE.search(block._frame_path):
-                block.raised_by_torch = True
+            if _TORCH_FILE.search(block._frame_path):
+                block.raised_by_torch = block.raised_by_torch or _RAISE.match(body) is not None
+                block.native_call = is_call(body)
             return
         self._wait_lines(source, number, rank, body)
 
@@ -159,6 +164,7 @@ class RankReader:
             _CPP_CHECK.match(message) is not None and _TORCH_FILE.search(block._frame_path) is not None
         )
         block.refused = checked and name in CHECK_CLASSES
+        block.native_check = native_refusal(name, block.native_call) and not block.refused
         self._keep(block)
         return block
 
@@ -174,7 +180,11 @@ class RankReader:
     def _keep(self, block: Block) -> None:
         if len(self.blocks) < MAX_BLOCKS:
             self.blocks.append(block)
-        if block.rank is not None and block.collective is not None and not block.refused:
+        if (
+            block.rank is not None
+            and block.collective is not None
+            and not (block.refused or block.native_check)
+        ):
             self.waits[block.rank] = WaitPoint(
                 block.rank, block.collective, block.user_frame or "", block.line, block.source
             )

@@ -277,7 +277,7 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
         found.append(left)
     # A call torch's own check refused (an argument the API rejects) fails the same way wherever it
     # is made: the ranks that did not make it only lost a peer to a bug in the call, not a diverged rank.
-    if first.real and not first.refused:
+    if first.real and not (first.refused or first.native_check):
         echoes = survivor_echoes(events, first)
         who = f"rank {first.rank}" if first.rank is not None else "one process"
         if echoes:

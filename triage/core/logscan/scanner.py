@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from triage.core.logscan.blocks import RankReader
 from triage.core.logscan.flattened import split_flattened
+from triage.core.logscan.native_checks import torch_frame
 from triage.core.logscan.patterns import STRUCTURAL_ANCHORS, SignatureSet
 from triage.core.logscan.prefixes import clean, rank_from_path, rank_in_message, split_prefix
 from triage.core.logscan.source_lines import is_source_line
@@ -55,6 +56,7 @@ _NO_SOURCE_FRAME = re.compile(r'^\s*File "<[^"]*>", line \d+')
 # An exception's name and message: never the source line a frame quotes.
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_]\w*\.){0,8}[A-Z]\w*(?:Error|Exception|Interrupt|Exit): ")
 _LAST_ERROR = b"last error:"
+_FRAME_ANCHOR = b'file "'  # a frame in torch's code: the call it quotes below is read too (native_checks.py)
 _MESSAGE_BELOW = (b"error:", b"exception:")  # with nothing after them: the message is on the next line
 # torch's C++ INFO lines (TORCH_CPP_LOG_LEVEL=INFO): `[I1122 20:26:58.941547227 file.cpp:710]`;
 # torchrun's own Python INFO lines (`I1122 20:38:52.899000 24270 ...api.py:942]`) report decisions
@@ -88,6 +90,7 @@ class Event:
     )
     collective: str = ""  # exceptions: the collective the rank's traceback was blocked in
     refused: bool = False  # exceptions: torch's own check refused the call (blocks.Block.refused)
+    native_check: bool = False  # exceptions: a C++ value or type check refused it (native_checks.py)
 
     @property
     def real(self) -> bool:
@@ -137,6 +140,7 @@ class Scanner:
         self._anchor_items = sorted(signatures.by_anchor.items())
         self._current: tuple[int | None, float | None] = (None, None)
         self._frame_at: dict[tuple[int, int | None], int] = {}  # (source, rank) -> last frame line
+        self._torch_frame_at: dict[int, int] = {}  # source -> its last frame line in torch's code
         self._kept: dict[tuple[str, str, int | None], int] = {}  # events kept per key
         # (source, shape_key) -> (times read in full, hits it gave)
         self._repeats: dict[tuple[int, bytes], tuple[int, int]] = {}
@@ -201,6 +205,7 @@ class Scanner:
                     if end + 1 < len(block) and (
                         needle == _LAST_ERROR
                         or (needle in _MESSAGE_BELOW and not lowered[position + len(needle) : end].strip())
+                        or (needle == _FRAME_ANCHOR and torch_frame(lowered[start:end]))
                     ):
                         starts.add(end + 1)  # the line that names the cause, or the message
                     position = lowered.find(needle, end + 1)
@@ -286,6 +291,8 @@ class Scanner:
         if _FRAME_LINE.match(body):
             if not _NO_SOURCE_FRAME.match(body):
                 self._frame_at[(source, rank)] = number
+                if torch_frame(lowered.encode("utf-8", "replace")):
+                    self._torch_frame_at[source] = number  # the call quoted below is read (wants_line)
             role = "frame"
         elif self._frame_at.get((source, rank)) == number - 1 and not _EXCEPTION_LINE.match(body):
             role = "frame"  # the source line a traceback prints under its frame
@@ -352,12 +359,17 @@ class Scanner:
                 exit_code=found.exit_code,
                 collective=found.collective,
                 refused=found.refused,
+                native_check=found.native_check,
             )
         )
 
     def wants_line(self, source: int, number: int) -> bool:
-        """Whether a line without an anchor must still be read (the cause after `Last error:`)."""
-        return self._structure.wants_next_line(source, number - 1)
+        """Whether a line without an anchor must still be read (the cause after `Last error:`, the
+        call quoted under a frame in torch's code)."""
+        return (
+            self._structure.wants_next_line(source, number - 1)
+            or self._torch_frame_at.get(source) == number - 1
+        )
 
     def keep_head(self, source: int, data: bytes) -> None:
         """Keep the start of a source for the fallback to the query engine."""

@@ -103,6 +103,7 @@ class Found:
     exit_code: int | None = None
     collective: str = ""  # exceptions: the collective the rank's traceback was blocked in
     refused: bool = False  # exceptions: raised by torch's own check on the call (blocks.Block.refused)
+    native_check: bool = False  # exceptions: a C++ value or type check under torch's call (native_checks.py)
 
 
 class Structure:
@@ -255,7 +256,8 @@ class Structure:
             if not matched and name != _SPAWN_WRAPPER:
                 collective = block.collective if block is not None and block.collective else ""
                 refused = block is not None and block.refused
-                found = Found("exception", rank, short, exception["name"], None, collective, refused)
+                native = block is not None and block.native_check
+                found = Found("exception", rank, short, exception["name"], None, collective, refused, native)
                 self.emit(source, number, found)
 
     def _torchrun(self, source: int, number: int, rank: int | None, body: str, short: str) -> bool:
