@@ -48,7 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from corpus import Item, dev_dir, load_all, split_of  # noqa: E402
+from corpus import Item, dev_dir, load_all, names_right, split_of  # noqa: E402
 from crossval import fold_kbs, fold_of  # noqa: E402
 
 from triage.core.model import KnowledgeBase  # noqa: E402
@@ -81,13 +81,11 @@ def _judge(
     kb: KnowledgeBase, item: Item, ids: Sequence[str], answered: bool, out_of_scope: bool
 ) -> tuple[bool, bool, bool]:
     """(top-1, top-3, ranked top-1) for one item."""
-    if item.expect == ("none",):
-        ok = not answered or out_of_scope
-        first_outside = bool(ids) and not kb.entries[ids[0]].covered
-        return ok, ok, first_outside
-    accepted = item.accepted
-    first = bool(ids) and ids[0] in accepted
-    return answered and first, any(i in accepted for i in ids[:3]), first
+    first = bool(ids) and names_right(kb, item, ids[0])
+    top3 = any(names_right(kb, item, i) for i in ids[:3])
+    if item.expect == ("none",):  # abstaining is right too
+        return not answered or first, not answered or out_of_scope or top3, first
+    return answered and first, top3, first
 
 
 def ask_outcome(kb: KnowledgeBase, item: Item) -> Outcome:

@@ -14,7 +14,10 @@ import hashlib
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from triage.core.model import KnowledgeBase
 
 REPO = Path(__file__).resolve().parent.parent
 EVAL = REPO / "eval"
@@ -40,6 +43,16 @@ class Item:
     def accepted(self) -> frozenset[str]:
         """Every id that counts as a right answer (the thread's label and its unsettled alternates)."""
         return frozenset((*self.expect, *self.alternates))
+
+
+def names_right(kb: KnowledgeBase, item: Item, entry_id: str) -> bool:
+    """Whether an entry named first is a right answer for the item: one of its labels or of the
+    alternates of an unsettled thread; for an out-of-scope item (`none`), an out-of-scope leaf (X)
+    or one of its alternates (eval/LABELS.md: alternates are the other ids an unsettled thread
+    leaves open, a `none` label's included)."""
+    if item.expect == ("none",):
+        return not kb.entries[entry_id].covered or entry_id in item.alternates
+    return entry_id in item.accepted
 
 
 def thread_of(source: str) -> str:

@@ -61,7 +61,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from corpus import Item, load_all  # noqa: E402
+from corpus import Item, load_all, names_right  # noqa: E402
 from crossval import FOLDS, fold_kbs, fold_of, reports_of, signature_evidence  # noqa: E402
 
 from triage.core.model import KnowledgeBase  # noqa: E402
@@ -81,7 +81,7 @@ def sample(kb: KnowledgeBase, item: Item) -> Sample:
     from triage.core.text import PAIR
 
     first = rank(kb, item.text, top=1).hits[0]
-    right = not first.entry.covered if item.expect == ("none",) else first.entry.id in item.accepted
+    right = names_right(kb, item, first.entry.id)
     terms, unknown = query_terms(index_for(kb), item.text)
     known = sum(1 for t in terms if PAIR not in t)
     share = unknown / max(known + unknown, 1)

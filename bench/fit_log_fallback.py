@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from bench_eval import part_of  # noqa: E402
 from bench_log_loo import without, written_from  # noqa: E402
-from corpus import load  # noqa: E402
+from corpus import load, names_right  # noqa: E402
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue  # out of the domain, the fallback never answers
             best = hits[0]
             share = hits[1].score / best.score if len(hits) > 1 and best.score else 0.0
-            right = best.entry.id in item.accepted or (item.expect == ("none",) and not best.entry.covered)
+            right = names_right(kb, item, best.entry.id)
             rows.append((best.score, share, right, item.origin, best.entry.id))
     rows.sort(reverse=True)
     for score, share, right, origin, entry_id in rows:

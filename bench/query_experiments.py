@@ -105,7 +105,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 import fit_confidence as fc  # noqa: E402
-from corpus import Item, load_all  # noqa: E402
+from corpus import Item, load_all, names_right  # noqa: E402
 from crossval import fold_kbs, fold_of, reports_of  # noqa: E402
 
 from triage.core import match_index, matcher, text  # noqa: E402
@@ -376,7 +376,7 @@ def separate(kb: KnowledgeBase, items: Sequence[Item]) -> None:
     matches = [(i, kbs[fold_of(i)], matcher.rank(kbs[fold_of(i)], i.text, top=2)) for i in queries]
 
     def first_right(item: Item, top: str) -> bool:
-        return not kb.entries[top].covered if item.expect == ("none",) else top in item.accepted
+        return names_right(kb, item, top)
 
     print(
         f"separate: shipped ranked top-1 {sum(first_right(i, m.hits[0].entry.id) for i, _, m in matches) / len(queries):.1%}"
