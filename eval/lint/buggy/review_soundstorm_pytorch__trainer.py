@@ -1,5 +1,11 @@
-# triage eval (lint clean set): https://github.com/lucidrains/soundstorm-pytorch/blob/8119522e45fd8c5925a70cad0daf94d5012997ce/soundstorm_pytorch/trainer.py
-# Licence: MIT (c) Phil Wang; the file below is unmodified.
+# source: https://github.com/lucidrains/soundstorm-pytorch/blob/8119522e45fd8c5925a70cad0daf94d5012997ce/soundstorm_pytorch/trainer.py
+# established (review of the maintained file, session 11e; it was collected for clean/):
+#   Trainer.train_step evaluates the Accelerate-prepared (DDP) `self.model` under `if self.is_main`,
+#   and `save()` calls `accelerator.get_state_dict(self.model)` there too: the other processes do not
+#   join (a DDP forward broadcasts buffers; under DeepSpeed ZeRO-3 get_state_dict gathers), the hang
+#   of bayesian-flow-networks#6 (buggy/bfn_6_validate_ddp_model_on_main.py).
+# expect: TRG036
+# (the real file, unmodified below this header; licence: MIT (c) Phil Wang)
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,11 @@
-# triage eval (lint clean set): https://github.com/galilai-group/stable-pretraining/blob/d15ec96d088a30e220f6fab1539dfb5d854729f0/stable_pretraining/manager.py
-# Licence: MIT (c) the stable-pretraining authors; the file below is unmodified.
+# source: https://github.com/galilai-group/stable-pretraining/blob/d15ec96d088a30e220f6fab1539dfb5d854729f0/stable_pretraining/manager.py
+# established (review of the maintained file, session 11e; it was collected for clean/):
+#   Manager.save_checkpoint(path) must run on every rank (it calls Lightning's
+#   trainer.save_checkpoint, which every rank joins), and before it does `if not path.parent.is_dir():
+#   path.parent.mkdir(parents=True)`: two ranks can both find a new directory missing, and the
+#   second mkdir raises FileExistsError.
+# expect: TRG023
+# (the real file, unmodified below this header; licence: MIT (c) the stable-pretraining authors)
 import copy
 import inspect
 import json
