@@ -84,3 +84,19 @@ def test_a_main_process_decorator_called_bare_is_a_rank_0_test() -> None:
     assert codes(HABITAT) == []
     # without the test, every rank races into FileExistsError
     assert codes(HABITAT.replace("rank0_only() and ", "")) == ["TRG023"]
+
+
+def test_a_distributed_checkpoint_save_of_state_dicts_is_every_rank_s_own() -> None:
+    # torch.distributed.checkpoint.save: each rank writes its shards, and every rank must call it
+    dcp = TRAINER.replace("            save_checkpoint(", "            dcp.save(").replace(
+        "from ocpmodels.common.utils import save_checkpoint", "import torch.distributed.checkpoint as dcp"
+    )
+    assert codes(dcp) == []
+
+
+def test_a_method_that_does_not_train_is_left_to_its_callers() -> None:
+    # diffusion-pipe's `save_adapter`: called from the training script under its own rank test
+    helper = TRAINER.replace(
+        "for i, batch in enumerate(self.train_loader):", "for i, batch in enumerate(self.items):"
+    )
+    assert codes(helper) == []

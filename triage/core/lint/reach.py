@@ -167,14 +167,26 @@ def _in_gated_class(ctx: Context, node: ast.AST) -> bool:
 
 
 def _beside_rank_test(ctx: Context, node: ast.AST, cls: ast.ClassDef) -> bool:
-    """fairchem's `EnergyTrainer.__init__` tests `if distutils.is_master():` before it writes: the
-    class is built on every rank, so a method of it with no process test of its own (`train`)
-    runs on every rank too."""
+    """fairchem's `EnergyTrainer.__init__` tests `if distutils.is_master():`: the class is built on
+    every rank, and its `train`, which loops over the training loader and runs the backward, with
+    no process test of its own, runs on every rank too. Its other methods may be called from
+    elsewhere under a rank test (diffusion-pipe's `save_adapter`): not judged."""
     method = next((a for a in ctx.script.ancestors(node) if isinstance(a, FunctionNode)), None)
     if method is None or ctx.script.parents.get(method) is not cls or _picks_its_own_process(method):
         return False
+    if not _trains(method):
+        return False
     return any(
         isinstance(item, FunctionNode) and item is not method and _tests_rank(ctx, item) for item in cls.body
+    )
+
+
+def _trains(function: FunctionNode) -> bool:
+    """A training loop: a `for` over a data loader, or a backward pass (every rank runs both)."""
+    return any(
+        (isinstance(n, ast.For) and "loader" in ast.unparse(n.iter).lower())
+        or (isinstance(n, ast.Call) and dotted(n.func).lower().endswith("backward"))
+        for n in ast.walk(function)
     )
 
 

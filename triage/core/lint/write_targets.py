@@ -163,6 +163,8 @@ def handed_checkpoint(ctx: Context, call: Call) -> bool:
         root = root.value
     if not isinstance(root, ast.Name) or root.id not in ctx.script.imports:
         return False  # an object's method (`engine.save_checkpoint(dir, client_state={...})`)
+    if call.name.startswith("torch.distributed."):
+        return False  # `dcp.save({...})`: every rank writes its own shards, and must call it
     given = [*call.node.args, *(k.value for k in call.node.keywords)]
     paths = [value for value in given if not _state_dicts(value)]
     if len(paths) == len(given):
