@@ -29,6 +29,7 @@ from triage.core.lint.rank_terms import (
     Side,
     compare_side,
     flip,
+    main_decorator,
     negate,
     writer_parameter_side,
 )
@@ -175,8 +176,11 @@ class RankModel(RankNames):
             local = self.script.local_function(test)
             if local is not None and local.name in self.pred_functions:
                 return self.pred_functions[local.name]
-            callee = self.script.qual(test.func) or ""
-            return "zero" if callee.rsplit(".", 1)[-1] in MAIN_NAMES else None
+            name = (self.script.qual(test.func) or "").rsplit(".", 1)[-1]
+            # habitat's `rank0_only()`: a main-process decorator called with nothing to wrap
+            # answers whether this is the main process.
+            bare = not test.args and not test.keywords and main_decorator(name)
+            return "zero" if name in MAIN_NAMES or bare else None
         if isinstance(test, ast.NamedExpr):
             return self.side(test.value, scope)
         if isinstance(test, ast.IfExp):  # `dist.get_rank() == 0 if dist.is_initialized() else True`

@@ -119,8 +119,10 @@ def _picks_its_own_process(function: FunctionNode) -> bool:
         if not isinstance(outer, ast.If | ast.IfExp):
             continue
         for inner in ast.walk(outer.test):
-            if isinstance(inner, ast.Compare) and any(
-                isinstance(c, ast.Constant) and c.value == 0 for c in inner.comparators
+            if (  # not a cadence (`if i % print_every == 0:`)
+                isinstance(inner, ast.Compare)
+                and not (isinstance(inner.left, ast.BinOp) and isinstance(inner.left.op, ast.Mod))
+                and any(isinstance(c, ast.Constant) and c.value == 0 for c in inner.comparators)
             ):
                 return True
             word = (
@@ -160,8 +162,32 @@ def _in_gated_class(ctx: Context, node: ast.AST) -> bool:
                 for d in item.decorator_list
             ) or _framework_callback(ctx, scope)
             ctx.script.cache[key] = cached
-        return cached
+        return cached or _beside_rank_test(ctx, node, scope)
     return False
+
+
+def _beside_rank_test(ctx: Context, node: ast.AST, cls: ast.ClassDef) -> bool:
+    """fairchem's `EnergyTrainer.__init__` tests `if distutils.is_master():`: the class is built on
+    every rank, and its `train`, which loops over the training loader and runs the backward, with
+    no process test of its own, runs on every rank too. Its other methods may be called from
+    elsewhere under a rank test (diffusion-pipe's `save_adapter`): not judged."""
+    method = next((a for a in ctx.script.ancestors(node) if isinstance(a, FunctionNode)), None)
+    if method is None or ctx.script.parents.get(method) is not cls or _picks_its_own_process(method):
+        return False
+    if not _trains(method):
+        return False
+    return any(
+        isinstance(item, FunctionNode) and item is not method and _tests_rank(ctx, item) for item in cls.body
+    )
+
+
+def _trains(function: FunctionNode) -> bool:
+    """A training loop: a `for` over a data loader, or a backward pass (every rank runs both)."""
+    return any(
+        (isinstance(n, ast.For) and "loader" in ast.unparse(n.iter).lower())
+        or (isinstance(n, ast.Call) and dotted(n.func).lower().endswith("backward"))
+        for n in ast.walk(function)
+    )
 
 
 # Framework callback classes whose hooks the trainer calls in every process (transformers'

@@ -22,7 +22,14 @@ from triage.core.lint.model import Finding, Rule
 from triage.core.lint.patterns import kwarg_true, loops_of
 from triage.core.lint.reach import anchored
 from triage.core.lint.script import Call, dotted
-from triage.core.lint.write_targets import callers_target, in_memory, mentions_rank, scripted, temporary
+from triage.core.lint.write_targets import (
+    callers_target,
+    handed_checkpoint,
+    in_memory,
+    mentions_rank,
+    scripted,
+    temporary,
+)
 
 TRG023 = Rule(
     code="TRG023",
@@ -38,7 +45,8 @@ TRG023 = Rule(
         " temporary or uuid-named one), `save_pretrained` of a model without `is_main_process=` (not a"
         " tokenizer's or config's, nor in a script the HF Trainer runs, where each rank writes the same"
         " whole weights),"
-        " `safetensors` `save_file`, `os.makedirs`, `os.mkdir` or `Path.mkdir` without `exist_ok=True`"
+        " `safetensors` `save_file`, an imported `save...` helper handed a dict of `state_dict()`s,"
+        " `os.makedirs`, `os.mkdir` or `Path.mkdir` without `exist_ok=True`"
         " (unless it is made under `if not exists:` while the ranks take turns, as in"
         " `main_process_first()`), `shutil.rmtree` without `ignore_errors=True`, `shutil.move` of a"
         " shared path, `os.remove`/`os.unlink` under an existence test (not in a `finally:` clean-up"
@@ -256,6 +264,8 @@ def _write(ctx: Context, call: Call) -> str | None:
         return f"{ctx.script.text(call.node.func, 40)}() runs on every rank and the path does not contain the rank: {_SAME_FILE}"
     if tail == "save_file" and name.startswith("safetensors"):
         return f"safetensors save_file() runs on every rank: {_SAME_FILE}"
+    if handed_checkpoint(ctx, call):
+        return f"{ctx.script.text(call.node.func, 40)}() is handed a checkpoint of state_dict()s on every rank: {_SAME_FILE}"
     if (
         tail == "save_pretrained"
         and call.kwarg("is_main_process") is None

@@ -140,3 +140,47 @@ def callers_target(ctx: Context, target: ast.AST, call: Call) -> bool:
     return not any(  # `self.save(f)`, `state.save(f)`, `Optimizer().save(f)`; not `torch.save`
         c.tail == function.name and c.name.split(".", 1)[0] not in imports for c in ctx.script.call_list
     )
+
+
+_MAIN_WORDS = ("main", "master", "rank", "primary", "zero", "chief")
+
+
+def handed_checkpoint(ctx: Context, call: Call) -> bool:
+    """`save_checkpoint({"state_dict": model.state_dict(), ...}, is_best, dir)`: a library helper
+    whose name says it saves, given a checkpoint this process assembles from `state_dict()`s, writes
+    that one object to a file. Framework savers every rank must call (Megatron's
+    `save_checkpoint(iteration, model, optimizer, ...)`, DeepSpeed's `engine.save_checkpoint(dir)`)
+    are handed the models or a directory, never such a dict."""
+    tail = call.tail.lower()
+    if (
+        "save" not in tail
+        or any(w in tail for w in _MAIN_WORDS)
+        or ctx.script.local_function(call.node) is not None
+    ):
+        return False  # `utils.save_on_master(...)` says who writes
+    root = call.node.func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name) or root.id not in ctx.script.imports:
+        return False  # an object's method (`engine.save_checkpoint(dir, client_state={...})`)
+    if call.name.startswith("torch.distributed."):
+        return False  # `dcp.save({...})`: every rank writes its own shards, and must call it
+    given = [*call.node.args, *(k.value for k in call.node.keywords)]
+    paths = [value for value in given if not _state_dicts(value)]
+    if len(paths) == len(given):
+        return False
+    return not any(mentions_rank(ctx, value, call) or temporary(ctx, value, call) for value in paths)
+
+
+def _state_dicts(value: ast.expr) -> bool:
+    """A dict display (or `dict(...)`) with an entry that is a `.state_dict()` call."""
+    if isinstance(value, ast.Dict):
+        entries = value.values
+    elif isinstance(value, ast.Call) and dotted(value.func) == "dict":
+        entries = [k.value for k in value.keywords]
+    else:
+        return False
+    return any(
+        isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "state_dict"
+        for v in entries
+    )
