@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from triage.core.hang.mismatch import Diagnosis, Group, fewer, rank_branch
+from triage.core.hang.mismatch import Diagnosis, Group, describe_groups, fewer, rank_branch
 from triage.core.hang.paths import conditional_only, parting
 from triage.core.hang.stacks import Frame, LineContext, rank_label
 
@@ -27,10 +27,6 @@ Reading = tuple[list[Diagnosis], tuple[int, ...], str]
 # (`cb.on_end(...)`, `getattr(cb, hook)(...)`; not `step(cb)`, which passes it on).
 _FOR_TARGET = re.compile(r"^(?:async )?for (?P<target>[A-Za-z_]\w*) in ")
 _PERIODIC = re.compile(r"%[^%=]*[!=]=\s*0\b")
-
-
-def _described(groups: tuple[Group, ...]) -> str:
-    return "; ".join(f"{rank_label(g.ranks)} {g.state.describe()}" for g in groups)
 
 
 def _dispatched(group: Group) -> tuple[Frame, LineContext, str] | None:
@@ -62,7 +58,7 @@ def _registered(groups: tuple[Group, ...]) -> Reading | None:
             f"(line {frame.line}), called through `{header}`; the source makes that object only under "
             f"`if {ctx.made_if}:`, so only the ranks whose test held registered it and run its "
             "collective, and the other ranks' loops went on without it",
-            _described(groups),
+            describe_groups(groups),
         )
         verdict = (
             f"{rank_label(odd.ranks)} is in a collective of an object only some ranks made "
@@ -91,7 +87,7 @@ def _periodic_after_skip(groups: tuple[Group, ...]) -> Reading | None:
                 f"`continue` at line {skip[0]} (under `if {skip[1]}:`) skips that collective on the "
                 "ranks whose test held, so they run an iteration ahead and meet the periodic "
                 "collective while the others are still in the one they skipped",
-                _described(groups),
+                describe_groups(groups),
             )
             verdict = (
                 f"{rank_label(odd.ranks)} ran ahead by skipping a step (`if {skip[1]}: continue`) and "

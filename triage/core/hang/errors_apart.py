@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 
 from triage.core.hang.classify import RankState
-from triage.core.hang.mismatch import Diagnosis, Group, fewer, ints, rank_branch
+from triage.core.hang.mismatch import Diagnosis, Group, describe_groups, fewer, ints, rank_branch
 from triage.core.hang.paths import NON_FINITE, branch_only, conditional_only, in_handler, parting
 from triage.core.hang.stacks import rank_label
 
@@ -32,10 +32,6 @@ Reading = tuple[list[Diagnosis], tuple[int, ...], str]
 _PERIOD = re.compile(r"%\s*(?P<period>[^%=!<>]+?)\s*[!=]=\s*0\b")
 _CONSTANT = re.compile(r"^(?:\d+|[A-Z][A-Z0-9_]*|[A-Za-z_]\w*)$")
 _NON_FINITE_ERRORS = re.compile(r"FloatingPointError|NaN|NonFinite|Overflow", re.IGNORECASE)
-
-
-def _described(groups: tuple[Group, ...]) -> str:
-    return "; ".join(f"{rank_label(g.ranks)} {g.state.describe()}" for g in groups)
 
 
 def _non_finite_raise(state: RankState) -> tuple[int, str] | None:
@@ -73,7 +69,7 @@ def _recovered(groups: tuple[Group, ...]) -> Reading | None:
             f"which the other ranks did not enter: {why}; its values went non-finite, it raised, and "
             "its recovery path (reload, resynchronise, restart) issues collectives the others, whose "
             "values stayed finite, are not in",
-            _described(groups),
+            describe_groups(groups),
         )
         verdict = f"{rank_label(odd.ranks)} went NaN or inf and took a recovery path on its own"
         return [Diagnosis("D20", evidence), Diagnosis("D19", evidence)], ints(odd.ranks), verdict
@@ -98,7 +94,7 @@ def _went_round(groups: tuple[Group, ...]) -> Reading | None:
                 f"{rank_label(waiting.ranks)} {'waits' if len(waiting.ranks) == 1 else 'wait'} in "
                 f"{waiting.state.collective}(): it raised inside that block, the error was swallowed "
                 "unseen, and it went round to the next iteration without the collective",
-                _described(groups),
+                describe_groups(groups),
             )
             verdict = f"{rank_label(ahead.ranks)} skipped a collective through a swallowed exception"
             return [Diagnosis("D19", evidence), Diagnosis("D20", evidence)], fewer(ahead, groups), verdict
@@ -126,7 +122,7 @@ def _applied_only(groups: tuple[Group, ...]) -> Reading | None:
             f"{frame.line}) of an autograd Function the source applies only under `if {ctx.made_if}:`: "
             "its backward runs only where the forward took that branch, and the other ranks' "
             "backward issued no such collective",
-            _described(groups),
+            describe_groups(groups),
         )
         verdict = (
             f"{rank_label(odd.ranks)} is in a collective of an autograd Function's backward that only "
@@ -151,7 +147,7 @@ def _own_period(groups: tuple[Group, ...]) -> Reading | None:
                 f"{rank_label(other.ranks)} passed at the same point of the loop: a periodic test "
                 f"every rank would pass together unless its period (`{period.group('period').strip()}`) "
                 "differs across ranks, each read from its own configuration",
-                _described(groups),
+                describe_groups(groups),
             )
             verdict = f"the ranks disagree on the period of `{found[1]}` (a per-rank setting)"
             return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], fewer(odd, groups), verdict

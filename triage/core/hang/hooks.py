@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 from triage.core.hang.classify import RankState
-from triage.core.hang.mismatch import Diagnosis, Group, ints, rank_branch
+from triage.core.hang.mismatch import Diagnosis, Group, describe_groups, ints, rank_branch
 from triage.core.hang.paths import context, none_over_data
 from triage.core.hang.stacks import Frame, LineContext, rank_label
 
@@ -45,10 +45,6 @@ def _loops(state: RankState) -> list[str]:
     return [h for _, c in state.path if c is not None for _, _, h in c.blocks if not h.startswith("if ")]
 
 
-def _described(groups: tuple[Group, ...]) -> str:
-    return "; ".join(f"{rank_label(g.ranks)} {g.state.describe()}" for g in groups)
-
-
 def _finalized(groups: tuple[Group, ...]) -> Reading | None:
     found = [(g, _hook(g.state, "__del__")) for g in groups]
     hooked = [(g, h) for g, h in found if h]
@@ -60,7 +56,7 @@ def _finalized(groups: tuple[Group, ...]) -> Reading | None:
         f"{rank_label(odd.ranks)} waits in {odd.state.collective}() inside {frame.function}() "
         f"(line {frame.line}), a finalizer: it runs where the object's last reference goes, on the "
         f"ranks that hold one{made}, at a point of the sequence the other ranks do not share",
-        _described(groups),
+        describe_groups(groups),
     )
     verdict = f"{rank_label(odd.ranks)} issued a collective from a finalizer ({frame.function})"
     entries = ["D21", "D19"] if ctx.made_under else ["D19", "D21"]
@@ -90,7 +86,7 @@ def _at_exit(groups: tuple[Group, ...]) -> Reading | None:
         + ("loops that run as many times on every rank: an exception ended it, its traceback printed"
            if only_raised else "a loop over the data: it ran out of it first, or raised")
         + "), and the hook's collective keeps the process alive, so no launcher sees it end",
-        _described(groups),
+        describe_groups(groups),
     )  # fmt: skip
     verdict = f"{rank_label(odd.ranks)} ended its main code (most likely it raised) and waits in an exit hook"
     entries = ["D20", "D19"] if only_raised else ["D9", "D20"]
@@ -116,7 +112,7 @@ def _set_order(groups: tuple[Group, ...]) -> Reading | None:
         "set: each process hashes strings with a seed of its own (PYTHONHASHSEED), so each rank "
         "walks the set in its own order and the ranks meet in different collectives; iterate "
         "over `sorted(...)` instead",
-        _described(groups),
+        describe_groups(groups),
     )
     verdict = f"the ranks issue their collectives in each one's own order (a loop over a set, `{header}`)"
     return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], (), verdict
@@ -136,7 +132,7 @@ def _cache_hit(groups: tuple[Group, ...]) -> Reading | None:
         f"{frame.line}), memoised by `{ctx.memoised}`: its collective runs only where a call misses "
         f"the cache, and {rank_label(hit)} got a hit (an argument seen before on that rank, or a "
         "first call made there alone) and went on past it",
-        _described(groups),
+        describe_groups(groups),
     )
     verdict = f"{rank_label(hit)} skipped a collective inside a cached function (a cache hit)"
     return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], ints(hit), verdict

@@ -62,6 +62,11 @@ class Group:
     state: RankState
 
 
+def describe_groups(groups: tuple[Group, ...]) -> str:
+    """What each group of ranks is doing, in one line (the evidence every reading starts from)."""
+    return "; ".join(f"{rank_label(g.ranks)} {g.state.describe()}" for g in groups)
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     """An entry the hang points at, with the evidence."""
@@ -183,7 +188,7 @@ def _store_crossed(
 
 def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...], str]:
     """The entries, the odd ranks out and the verdict for `groups` waiting in different collectives."""
-    described = "; ".join(f"{rank_label(g.ranks)} {g.state.describe()}" for g in groups)
+    described = describe_groups(groups)
     evidence: tuple[str, ...]
     forming = [g for g in groups if g.state.collective == "new_group"]
     if forming:
