@@ -10,6 +10,7 @@ import re
 
 from triage.core.hang.construction import made_only_under, suppressing_with
 from triage.core.hang.iteration import loop_ends
+from triage.core.hang.rank_aliases import aliased_rank_test
 from triage.core.hang.rank_exits import rank_jumps
 from triage.core.hang.stacks import LineContext
 
@@ -309,6 +310,7 @@ def line_context(source: str, line: int) -> LineContext:
     chain = _chain(tree, line)
     function = next((n.name for n in reversed(chain) if isinstance(n, _FUNCTIONS)), "<module>")
     conditions = []
+    own = next((n for n in reversed(chain) if isinstance(n, _FUNCTIONS)), None)
     for node in reversed(chain):
         if isinstance(node, _FUNCTIONS):
             break
@@ -316,6 +318,8 @@ def line_context(source: str, line: int) -> LineContext:
             test = ast.get_source_segment(source, node.test) or ""
             if RANK_TEST.search(test):
                 conditions.append((node.lineno, test))
+            elif aliased := aliased_rank_test(tree, own, node.test, source, RANK_TEST):
+                conditions.append((node.lineno, aliased))
     exits = _guarded_exits(tree, chain, source)
     conditions += _early_exits(exits)
     loop_node = next((n for n in reversed(chain) if isinstance(n, _LOOPS)), None)
