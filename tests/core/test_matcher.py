@@ -8,7 +8,7 @@ import pytest
 from triage.core.matcher import index_for, query_terms, rank, rank_options
 from triage.core.model import KnowledgeBase, QuestionNode
 from triage.core.regex_literals import required_literal
-from triage.core.separate import reachable
+from triage.core.separate import reachable, separating_question
 
 
 @pytest.mark.parametrize(
@@ -194,6 +194,19 @@ def test_close_candidates_come_with_the_question_that_separates_them(kb: Knowled
             option = next(o for o in node.options if o.label == label)
             assert option.target == entry or entry in reach[option.target]
     assert asked >= 1
+
+
+def test_the_separating_question_shows_the_option_the_report_already_states(kb: KnowledgeBase) -> None:
+    # D19 lies below both "froze mid-run" and "runs, but slower": without the text the narrower
+    # option is shown, with a report of a freeze the option it states is.
+    plain = separating_question(kb, "D19", "D14")
+    said = separating_question(kb, "D19", "D14", "the job froze mid-run after some steps")
+    assert plain is not None and said is not None
+    node = kb.graph.nodes[said.node]
+    assert isinstance(node, QuestionNode)
+    target = {o.label: o.target for o in node.options}
+    assert target[said.options[0][0]] == "hang_mid"
+    assert said.options[0][0] != plain.options[0][0]
 
 
 def test_vocabulary_joins_user_words_to_entry_words(kb: KnowledgeBase) -> None:

@@ -71,6 +71,14 @@ def test_a_number_with_its_unit_glued_on_is_a_number(normalizer: Normalizer) -> 
     ]
 
 
+def test_a_number_spelt_out_is_a_number_but_zero_and_ordinals_are_words(normalizer: Normalizer) -> None:
+    tokens = normalizer.tokens("hangs after a few hundred steps on eight GPUs")
+    assert "hundr" not in tokens and "hundred" not in tokens and "eight" not in tokens
+    assert "step" in tokens
+    assert "zero" in normalizer.tokens("ZeRO stage two")
+    assert "second" in normalizer.tokens("the second node")
+
+
 def test_numbers_hex_urls_and_source_paths_are_dropped(normalizer: Normalizer) -> None:
     text = (
         "see https://example.com/a/b 4260/4435 0xdeadbeef 3f2a9c1b7 v100 "

@@ -435,7 +435,7 @@ def rank(kb: KnowledgeBase, text: str, top: int = 5) -> Match:
     ):
         from triage.core.separate import separating_question
 
-        question = separating_question(kb, scored[0][2], scored[1][2])
+        question = separating_question(kb, scored[0][2], scored[1][2], text)
     return Match(text, verdict, tuple(hits), question)
 
 

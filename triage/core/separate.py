@@ -69,11 +69,13 @@ def reachable(kb: KnowledgeBase) -> dict[str, frozenset[str]]:
     return memo
 
 
-def separating_question(kb: KnowledgeBase, first: str, second: str) -> Question | None:
+def separating_question(kb: KnowledgeBase, first: str, second: str, text: str = "") -> Question | None:
     """The question that best tells `first` from `second`: one with an option towards each.
 
     Options that lead to one candidate and not the other are preferred, then questions where both
-    options are like that, then the most specific question (the fewest entries below it)."""
+    options are like that, then the most specific question (the fewest entries below it). Where
+    several options lead to a candidate, the one the user's `text` already says is shown, then the
+    narrowest: a hang report is not asked whether the job "runs, but slower"."""
     reach = reachable(kb)
     best: tuple[tuple[int, int, int, str], Question] | None = None
     for node_id, below in reach.items():  # (a node is decoded only when both are below it)
@@ -83,7 +85,8 @@ def separating_question(kb: KnowledgeBase, first: str, second: str) -> Question 
         if not isinstance(node, QuestionNode):
             continue
         leads = [_leads(reach, o.target, kb) for o in node.options]
-        one, two = _pick(leads, first, second), _pick(leads, second, first)
+        said = _said(node, text, kb)
+        one, two = _pick(leads, first, second, said), _pick(leads, second, first, said)
         if one is None or two is None or one == two:
             continue
         shared = int(second in leads[one]) + int(first in leads[two])
@@ -94,10 +97,20 @@ def separating_question(kb: KnowledgeBase, first: str, second: str) -> Question 
     return best[1] if best else None
 
 
-def _pick(leads: list[frozenset[str]], wanted: str, other: str) -> int | None:
-    """The option towards `wanted`: one that does not also lead to `other` first, then the narrowest."""
+def _said(node: QuestionNode, text: str, kb: KnowledgeBase) -> dict[int, float]:
+    """How well the user's text already answers each option of `node` (0 for none)."""
+    if not text:
+        return {}
+    from triage.core.matcher import rank_options  # the matcher imports this module lazily
+
+    return {i: round(score, 2) for i, score in rank_options(node, text, kb)}
+
+
+def _pick(leads: list[frozenset[str]], wanted: str, other: str, said: dict[int, float]) -> int | None:
+    """The option towards `wanted`: one that does not also lead to `other` first, then the one the
+    text says most, then the narrowest."""
     towards = [i for i, found in enumerate(leads) if wanted in found]
-    return min(towards, key=lambda i: (other in leads[i], len(leads[i]), i), default=None)
+    return min(towards, key=lambda i: (other in leads[i], -said.get(i, 0.0), len(leads[i]), i), default=None)
 
 
 def _leads(reach: dict[str, frozenset[str]], target: str, kb: KnowledgeBase) -> frozenset[str]:

@@ -66,6 +66,12 @@ _SIZE_UNITS = frozenset({"KiB", "MiB", "GiB", "TiB", "PiB"})
 UNITS = frozenset({"kib", "mib", "gib", "tib", "kb", "mb", "gb", "tb", "ms", "sec", "secs"})
 # ... or are glued to it: 24gb, 500ms, 13b (parameters), 8x (GPUs): a number all the same.
 NUMBER_SUFFIXES = UNITS | {"b", "k", "m", "x"}
+# Numbers spelled out are numbers too ("a few hundred steps", "eight GPUs"). Not "zero" (ZeRO) and
+# not ordinals ("the second node" says multi-node).
+NUMBER_WORDS = frozenset(
+    """two three four five six seven eight nine ten eleven twelve sixteen twenty thirty forty fifty
+    sixty hundred hundreds thousand thousands million millions billion billions dozen dozens""".split()  # noqa: SIM905
+)
 _HEX_DIGITS = frozenset("0123456789abcdef")
 _FRAME = r'File "[^"\n]*", line \d+,?'  # a traceback frame's header: where, not what
 _TRIM = "\"'`()[]{}<>,;!?"
@@ -208,7 +214,7 @@ def _term(word: str) -> tuple[str, bool]:
     """(term, keep): stopwords and numbers stay in the sequence for variants, then go."""
     if word in STOPWORDS:
         return word, False
-    if len(word) < 2 or word in UNITS or is_number(word) or _with_unit(word):
+    if len(word) < 2 or word in UNITS or word in NUMBER_WORDS or is_number(word) or _with_unit(word):
         return word, False
     return stem(word), True
 

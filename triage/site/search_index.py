@@ -72,7 +72,7 @@ def search_data(kb: KnowledgeBase) -> dict[str, object]:
         },
         "stopwords": sorted(text.STOPWORDS),
         "pluralAcronyms": sorted(text.PLURAL_ACRONYMS),
-        "units": sorted(text.UNITS),
+        "units": sorted(text.UNITS | text.NUMBER_WORDS),  # words that are dropped as numbers are
         "numberSuffixes": sorted(text.NUMBER_SUFFIXES),
         "variants": index.normalizer.variant_table(),
         "postings": dict(data["postings"]),  # type: ignore[call-overload]
