@@ -47,7 +47,7 @@ class Sources:
         """The context of every user frame whose file can be read ("file:line" -> context)."""
         found: dict[str, LineContext] = {}
         for frame in frames:
-            if not is_library(frame.file):
+            if not is_library(frame.file) and frame.where() not in found:
                 text = self.text(frame.file)
                 if text is not None:
                     found[frame.where()] = line_context(text, frame.line)

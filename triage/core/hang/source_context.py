@@ -6,6 +6,7 @@ Given source text (the probe reads the file; this module never touches the disk)
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 from triage.core.hang.construction import made_only_under, suppressing_with
@@ -299,11 +300,20 @@ def _suppresses(chain: list[ast.AST]) -> bool:
     )
 
 
+@functools.lru_cache(maxsize=8)
+def _parsed(source: str) -> ast.Module | None:
+    """The module's tree, once per source text: eight ranks stuck in one file ask for many lines
+    of it. Callers only read the tree."""
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+
+
 def line_context(source: str, line: int) -> LineContext:
     """The context of `line` in `source`; an empty context when the source does not parse."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree = _parsed(source)
+    if tree is None:
         return LineContext()
     lines = source.splitlines()
     code = lines[line - 1].strip() if 0 < line <= len(lines) else ""
