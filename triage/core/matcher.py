@@ -28,6 +28,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 
+from triage.core.boilerplate import drop_boilerplate
 from triage.core.model import Entry, KnowledgeBase, QuestionNode
 from triage.core.text import PAIR, Normalizer, foreign_share, pairs
 
@@ -306,7 +307,7 @@ def query_terms(index: Index, text: str) -> tuple[dict[str, float], int]:
     times, and terms first seen past the first LEAD_TERMS count for less, the further the less."""
     terms: dict[str, float] = {}
     unknown = 0
-    tokens, factors = _lead_tokens(index, text)
+    tokens, factors = _lead_tokens(index, drop_boilerplate(text))
     first: dict[str, int] = {}
     boost: dict[str, float] = {}
     for position, term in enumerate(pairs(tokens)):
