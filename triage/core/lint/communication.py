@@ -74,6 +74,11 @@ _ACCELERATOR_CERTAIN = frozenset(
 )
 _FABRIC_CERTAIN = frozenset({"barrier", "all_reduce", "all_gather", "broadcast"})
 _ACCELERATOR_MAYBE = frozenset({"save_state", "load_state", "get_state_dict", "save_model"})
+# Context managers that let rank 0 go first (YOLOv5's `torch_distributed_zero_first`, Accelerate's
+# `main_process_first`): a barrier on the way in for the other ranks and on the way out for rank 0.
+IN_TURN = frozenset(
+    {"main_process_first", "local_main_process_first", "torch_distributed_zero_first", "zero_first"}
+)
 _HELPER_TAILS = frozenset(
     {
         "barrier",
@@ -154,6 +159,10 @@ def communication(ctx: Context, call: Call) -> Communication | None:
     own_kind = wrappers.kind(call.node.func, call.scope)
     if own_kind is not None:
         return forward(call, own_kind)
+    if tail in IN_TURN and ctx.script.local_function(call.node) is None:
+        return Communication(
+            call.node, f"{name or tail}() (rank 0 first: barriers on entry and exit)", True, tail
+        )
     if (
         tail in _HELPER_TAILS
         and not name.startswith("torch.")

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import ast
 
+from triage.core.lint.communication import IN_TURN
 from triage.core.lint.context import Context
 from triage.core.lint.script import Call, dotted
-
-_IN_TURN = frozenset(
-    {"main_process_first", "local_main_process_first", "torch_distributed_zero_first", "zero_first"}
-)
 
 
 def created_in_turn(ctx: Context, call: Call) -> bool:
@@ -24,7 +21,7 @@ def created_in_turn(ctx: Context, call: Call) -> bool:
     for outer in ctx.script.ancestors(call.node):
         if isinstance(outer, ast.With) and any(
             isinstance(item.context_expr, ast.Call)
-            and dotted(item.context_expr.func).rsplit(".", 1)[-1] in _IN_TURN
+            and dotted(item.context_expr.func).rsplit(".", 1)[-1] in IN_TURN
             for item in outer.items
         ):
             return True

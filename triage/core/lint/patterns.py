@@ -241,6 +241,12 @@ def value_before(script: Script, target: ast.AST, at: ast.AST) -> ast.expr | Non
         for earlier in reversed(block[: block.index(stmt)]):
             if isinstance(earlier, ast.Assign) and [dotted(t) for t in earlier.targets] == [text]:
                 return earlier.value
+            if (
+                isinstance(earlier, ast.AnnAssign)
+                and earlier.value is not None
+                and dotted(earlier.target) == text
+            ):
+                return earlier.value  # `data: datasets.Dataset = data.shuffle(seed=42)`
             if any(isinstance(n, ast.Name) and n.id == root for n in ast.walk(earlier)):
                 return None
         if not isinstance(parent, ast.If | ast.With | ast.Try):

@@ -61,6 +61,9 @@ class RankGates:
                 if side is None:
                     self._walk(stmt.body, current, scope)
                     self._walk(stmt.orelse, current, scope)
+                    staying = self._staying_side(stmt, scope)
+                    if staying is not None:
+                        current = self._combine(current, staying)
                     continue
                 test = self.script.text(stmt.test, 50)
                 inside = Gate(side, stmt.lineno, f"inside `if {test}:` at line {stmt.lineno}")
@@ -92,6 +95,30 @@ class RankGates:
                         self._walk(child.body, current, scope)
                 if isinstance(children[0], ast.stmt):
                     self._walk(children, current, scope)
+
+    def _staying_side(self, stmt: ast.If, scope: Scope) -> Gate | None:
+        """The ranks that get past `if cond or not (is_main and wanted): return` when the test as a
+        whole holds on no rank subset: those where every disjunct is false, so where `is_main and
+        wanted` holds (sparseml's validation set, made on the main process only)."""
+        exit_word = exit_word_of(stmt.body)
+        if not exit_word or exit_word == "raise" or stmt.orelse:
+            return None
+        terms = (
+            stmt.test.values if isinstance(stmt.test, ast.BoolOp) and isinstance(stmt.test.op, ast.Or) else []
+        )
+        sides: set[Side] = set()
+        for term in terms if terms else [stmt.test]:
+            if isinstance(term, ast.UnaryOp) and isinstance(term.op, ast.Not):
+                kept = self.side(term.operand, scope)  # false past the exit: its operand holds
+            else:
+                found = self.side(term, scope)
+                kept = negate(found) if found and self.negatable(term, scope) else None
+            if kept is not None:
+                sides.add(kept)
+        if len(sides) != 1 or "other" in sides:
+            return None
+        test = self.script.text(stmt.test, 50)
+        return Gate(sides.pop(), stmt.lineno, f"after `if {test}: {exit_word}` at line {stmt.lineno}")
 
     @staticmethod
     def _combine(outer: Gate | None, inner: Gate) -> Gate:

@@ -14,6 +14,7 @@ import ast
 from collections.abc import Iterator
 
 from triage.core.lint.context import Context
+from triage.core.lint.data_lengths import evaluated_without_sync, step_budget, streamed
 from triage.core.lint.model import Finding, Rule
 from triage.core.lint.patterns import is_backward, keyword_value, kwarg_true, value_before, world_size
 from triage.core.lint.reach import for_evaluation, has_entry, reached, runs_once
@@ -172,6 +173,8 @@ def _check_uneven(ctx: Context) -> Iterator[Finding]:
             )
     yield from _check_rank_loops(ctx)
     for call in script.calls("split_dataset_by_node"):
+        if evaluated_without_sync(ctx, call) or (streamed(ctx, call) and step_budget(ctx, call)):
+            continue
         yield ctx.finding(
             TRG009,
             call.node,

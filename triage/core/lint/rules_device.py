@@ -223,6 +223,15 @@ def _check_unbound(ctx: Context) -> Iterator[Finding]:
         return
     if "CUDA_VISIBLE_DEVICES" in script.strings or any(_device_helper(ctx, c) for c in script.call_list):
         return
+    for call in script.calls("device"):
+        if call.name == "torch.cuda.device" and isinstance(ctx.script.parents.get(call.node), ast.Expr):
+            yield ctx.finding(
+                TRG030,
+                call.node,
+                f"`{script.text(call.node, 40)}` on its own line selects nothing: torch.cuda.device is a context"
+                " manager, so every rank stays on cuda:0; call torch.cuda.set_device (or use it in `with`)",
+            )
+            return
     for call in script.call_list:
         if _is_plain_cuda(call) and ctx.ranks.per_rank(call.node):
             yield ctx.finding(
