@@ -119,3 +119,13 @@ def test_only_a_broad_except_that_leaves_the_loop_is_an_error_exit() -> None:
     assert line_context(_SOURCE, 17).error_exits == ()  # `continue` stays in the loop
     # the bare `except: break` leaves the inner loop only
     assert line_context(_SOURCE, 22).error_exits == ((20, 23, "except"),)
+
+
+def test_a_test_of_the_loop_counter_holds_on_every_rank_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`if step % 10 == 0:` around the collective: every rank takes it at the same iteration, so
+    the rank out of the loop had fewer iterations (D9), not another test."""
+    _variant(tmp_path, monkeypatch, "u_d21_compiled_amax_graph_break", 39, "if step % 10 == 0:")
+    picture = _job("u_d21_compiled_amax_graph_break")
+    assert picture.diagnoses[0].entry == "D9" and picture.suspect_ranks == (0,), _says(picture)

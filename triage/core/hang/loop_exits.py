@@ -10,17 +10,21 @@ only way (mismatch.py asks before it reads a rank out of the loop as out of batc
   and has no `break` or `return`: the rank out of it ran all its iterations, so the ranks still
   inside are behind, held in a collective the others never issued. Where that collective is
   reached through an `if` the others' path does not go through (a test on each rank's own data,
-  a graph break on one rank), it is a collective only some ranks reach (D21; D19 first where the
+  a graph break on one rank; not a test of the loop's counter, which every rank passes at the
+  same iteration), it is a collective only some ranks reach (D21; D19 first where the
   test reads a random draw or a running count of the rank's own). The busy ranks are the odd ones.
 """
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 from triage.core.hang.classify import RankState
 from triage.core.hang.paths import RANDOM_DRAW, busy_loops, conditional_only, counted, left_by_jump
 from triage.core.hang.stacks import rank_label
+
+_TARGET = re.compile(r"[A-Za-z_]\w*")
 
 
 class Exit(NamedTuple):
@@ -58,6 +62,11 @@ def _behind(early: RankState, busy: RankState, ranks: tuple[int | None, ...]) ->
     if found is None:
         return None
     line, header, drifts = found
+    # A test of the loop's own counter (`if step % 10 == 0`, `if step == warmup`) holds on every
+    # rank at the same iteration: a rank out of the loop had fewer iterations, not another test.
+    counters = {name for _, _, h, _ in loops for name in _TARGET.findall(h.split(" in ", 1)[0])}
+    if any(re.search(rf"\b{name}\b", header) for name in counters - {"for", "async"}):
+        return None
     why = (
         f"every loop {rank_label(ranks)} {'is' if len(ranks) == 1 else 'are'} in counts to a bound every "
         "rank shares and has no `break` or `return`, so the rank out of it ran all its iterations; "

@@ -299,13 +299,12 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                     )
                     entries = ["D20", "D19"] if non_finite else ["D19", "D9"]
                     return [Diagnosis(e, evidence) for e in entries], ints(early.ranks), verdict
-                other = left_otherwise(early.state, busy.state, early.ranks, busy.ranks)
-                if other is not None:
-                    odd = fewer(busy, groups) if other.busy_odd else ints(early.ranks)
+                way = left_otherwise(early.state, busy.state, early.ranks, busy.ranks)
+                if way is not None:
                     return (
-                        [Diagnosis(e, (f"{evidence[0]}; {other.why}", described)) for e in other.entries],
-                        odd,
-                        other.verdict,
+                        [Diagnosis(e, (f"{evidence[0]}; {way.why}", described)) for e in way.entries],
+                        fewer(busy, groups) if way.busy_odd else ints(early.ranks),
+                        way.verdict,
                     )
                 jump = left_by_jump(early.state, busy.state)
                 if jump:
