@@ -12,7 +12,8 @@ them on different paths.
   batches) runs its `backward`, collective and all, only on the ranks whose forward applied it
   (D21, D19 second). Those ranks are the odd ones.
 - A collective under a periodic test whose period is read from a settings object (`step %
-  cfg["val_every"] == 0`, `args.eval_every`; not a literal, a constant or a bare local name) that some ranks took and the others passed at the same point of the same loop: the
+  cfg["val_every"] == 0`, `args.eval_every`; not a literal, a constant or a bare local name) that some ranks took and the others passed at the same point of the same loop (not a rank that
+  has left that loop: that one ran out of its data or stopped): the
   ranks' periods differ, each read from its own configuration (D19, D21 second).
 """
 
@@ -22,7 +23,15 @@ import re
 
 from triage.core.hang.classify import RankState
 from triage.core.hang.mismatch import Diagnosis, Group, describe_groups, fewer, ints, rank_branch
-from triage.core.hang.paths import NON_FINITE, branch_only, conditional_only, in_handler, parting
+from triage.core.hang.paths import (
+    NON_FINITE,
+    branch_only,
+    conditional_only,
+    in_handler,
+    left_early,
+    parting,
+    past_loop,
+)
 from triage.core.hang.stacks import rank_label
 
 Reading = tuple[list[Diagnosis], tuple[int, ...], str]
@@ -135,7 +144,8 @@ def _applied_only(groups: tuple[Group, ...]) -> Reading | None:
 def _own_period(groups: tuple[Group, ...]) -> Reading | None:
     for odd in groups:
         for other in groups:
-            if odd is other:
+            # A rank out of the loop that holds the test did not pass it: it left that loop.
+            if odd is other or past_loop(other.state, odd.state) or left_early(other.state, odd.state):
                 continue
             found = branch_only(odd.state, other.state) or conditional_only(odd.state, other.state)
             period = _PERIOD.search(found[1]) if found else None

@@ -8,6 +8,9 @@
   function of the same source whose body is a `while True:` it never leaves) runs until a `break`:
   as a counting loop, a rank out of it early left on a decision of its own (D19), not at the end
   of its data.
+- A loop that a broad `except` clause leaves (`except Exception: break`, a bare `except:` that
+  returns) is also left by a rank whose step raised: a crash swallowed there (a DataLoader worker
+  killed, a corrupt record) ends that rank's loop early while the others go on (loop_exits.py).
 """
 
 from __future__ import annotations
@@ -128,3 +131,29 @@ def loop_ends(tree: ast.AST, blocks: list[ast.AST]) -> tuple[tuple[int, ...], tu
         n.lineno for n in blocks if isinstance(n, ast.For | ast.AsyncFor) and _never_ends(n.iter, generators)
     )
     return exhausting, endless
+
+
+# What a broad `except` catches: a crash of any kind, not the end of an iterator
+# (`StopIteration`) or an interrupt from the keyboard.
+_BROAD = frozenset({"Exception", "BaseException", "RuntimeError", "OSError", "IOError", "EnvironmentError"})
+
+
+def _broad(handler: ast.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    return any(ast.unparse(n).rsplit(".", 1)[-1] in _BROAD for n in ast.walk(handler.type))
+
+
+def error_exits(blocks: list[ast.AST]) -> tuple[tuple[int, int, str], ...]:
+    """Of the loops among `blocks`, those a broad `except` clause leaves through a `break` or a
+    `return` of its own: (the loop's first line, the clause's line, the clause's header)."""
+    found: list[tuple[int, int, str]] = []
+    for loop in (n for n in blocks if isinstance(n, _LOOPS)):
+        leaves = {id(n) for n in _leaves(loop)}
+        for node in _own(loop):
+            if not isinstance(node, ast.ExceptHandler) or not _broad(node):
+                continue
+            if any(id(n) in leaves for n in ast.walk(node)):
+                clause = "except" + (f" {ast.unparse(node.type)}" if node.type is not None else "")
+                found.append((loop.lineno, node.lineno, clause))
+    return tuple(sorted(found))

@@ -18,15 +18,16 @@ swallowed); the base case of a recursion with a collective per level ends it soo
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from triage.core.hang.classify import RankState
+from triage.core.hang.loop_exits import left_otherwise
 from triage.core.hang.paired_branches import paired_branches
 from triage.core.hang.paths import (
+    RANDOM_DRAW,
     branch_only,
     conditional_only,
     context,
@@ -46,12 +47,6 @@ from triage.core.hang.paths import (
 from triage.core.hang.stacks import rank_label
 
 T = TypeVar("T")
-
-# A test on a random draw (`random.random() < p`, `np.random.rand()`, `torch.rand(1)`): each rank's
-# generator gives its own value, so a collective behind it is a desync of the ranks' streams.
-RANDOM_DRAW = re.compile(
-    r"\brandom\.\w+\(|\bnp\.random\.|\btorch\.(rand|randn|randint|bernoulli|multinomial)\("
-)
 
 
 @dataclass(frozen=True)
@@ -304,6 +299,13 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                     )
                     entries = ["D20", "D19"] if non_finite else ["D19", "D9"]
                     return [Diagnosis(e, evidence) for e in entries], ints(early.ranks), verdict
+                way = left_otherwise(early.state, busy.state, early.ranks, busy.ranks)
+                if way is not None:
+                    return (
+                        [Diagnosis(e, (f"{evidence[0]}; {way.why}", described)) for e in way.entries],
+                        fewer(busy, groups) if way.busy_odd else ints(early.ranks),
+                        way.verdict,
+                    )
                 jump = left_by_jump(early.state, busy.state)
                 if jump:
                     left = (

@@ -13,6 +13,12 @@ from triage.core.hang.classify import RankState
 from triage.core.hang.source_context import RANK_TEST
 from triage.core.hang.stacks import Frame, LineContext
 
+# A test on a random draw (`random.random() < p`, `np.random.rand()`, `torch.rand(1)`): each rank's
+# generator gives its own value, so a collective behind it is a desync of the ranks' streams.
+RANDOM_DRAW = re.compile(
+    r"\brandom\.\w+\(|\bnp\.random\.|\btorch\.(rand|randn|randint|bernoulli|multinomial)\("
+)
+
 
 def context(state: RankState) -> LineContext:
     """The source context of `state`'s line (empty where it has none)."""
@@ -55,7 +61,8 @@ _COUNTED = re.compile(r"^for .+ in range\((?P<bound>.*)\)$")
 _FROM_DATA = re.compile(r"len\(|load|batch|data|\bdl\b|sampler|shard|sample|record|example|token", re.I)
 
 
-def _counted(header: str) -> bool:
+def counted(header: str) -> bool:
+    """Whether a loop's header counts to a bound every rank shares (`for _ in range(steps)`)."""
     found = _COUNTED.match(header)
     return found is not None and not _FROM_DATA.search(found.group("bound"))
 
@@ -63,10 +70,10 @@ def _counted(header: str) -> bool:
 def none_over_data(headers: Iterable[str]) -> bool:
     """Whether none of these loop headers walks the data: each counts to a bound every rank
     shares (`range(steps)`) or is no data loop at all, so a rank leaving one made its own choice."""
-    return all(_counted(h) or not data_header(h) for h in headers)
+    return all(counted(h) or not data_header(h) for h in headers)
 
 
-def _busy_loops(early: RankState, busy: RankState) -> list[tuple[int, int, str, LineContext]]:
+def busy_loops(early: RankState, busy: RankState) -> list[tuple[int, int, str, LineContext]]:
     """The loops `busy` is still in and `early` is out of, as (first line, last line, header, the
     context of busy's line in that loop's function)."""
     e, b = context(early), context(busy)
@@ -101,18 +108,18 @@ def left_by_jump(early: RankState, busy: RankState) -> tuple[int, str, str] | No
     """A counting loop `busy` is still in, that `early` left through one of its `break`s or
     `return`s, or a `while` loop on a test of the ranks' own values that `early` left when its
     test turned false: (the jump's or the test's line, its kind, the loop's header), or None."""
-    loops = _busy_loops(early, busy)
+    loops = busy_loops(early, busy)
     for first, last, header, ctx in loops:
         if _own_test(header) and ctx.loop == (first, last):
             return first, "test", header
-        if (_counted(header) or first in ctx.endless) and ctx.loop == (first, last):
+        if (counted(header) or first in ctx.endless) and ctx.loop == (first, last):
             jump = next(((line, kind) for line, kind in ctx.jumps if kind in ("break", "return")), None)
             if jump:
                 return (*jump, header)
     # An outer counting loop left through a jump only some ranks take (`if rank == 0: break`)
     # while the others are still in a loop inside it.
     for first, _, header, ctx in loops:
-        if _counted(header) or first in ctx.endless:
+        if counted(header) or first in ctx.endless:
             ranked = next(((line, kind) for loop, line, kind in ctx.rank_jumps if loop == first), None)
             if ranked:
                 return (*ranked, header)
@@ -131,13 +138,13 @@ def skipped_iteration(early: RankState, busy: RankState) -> tuple[int, str, str,
     from that loop, an `if <non-finite test>: return` before its collective ("skip the bad
     batch"). As (its line, its test, the loop's header, whether the test is for a non-finite
     value, the jump: `continue` or `return`)."""
-    loops = _busy_loops(early, busy)
+    loops = busy_loops(early, busy)
     for first, last, header, ctx in loops:
         if ctx.loop != (first, last):
             continue
         for line, test in ctx.skips:
             non_finite = bool(NON_FINITE.search(test))
-            if non_finite or _counted(header):
+            if non_finite or counted(header):
                 return line, test, header, non_finite, "continue"
     parted = parting(early, busy)
     inner = next((h for first, last, h, ctx in loops if ctx.loop == (first, last)), "")
@@ -160,7 +167,7 @@ def raised_through(early: RankState, busy: RankState) -> tuple[int, int, bool] |
     final = e_ctx.final
     if final is None or not final[0] < b_line <= final[2] or e_line < final[1]:
         return None
-    loops = _busy_loops(early, busy)
+    loops = busy_loops(early, busy)
     return final[0], final[1], none_over_data(h for _, _, h, _ in loops)
 
 
@@ -332,7 +339,7 @@ def unwound(early: RankState, busy: RankState) -> tuple[int, bool, bool] | None:
     # A class's `__exit__`, or a @contextmanager generator past its `yield` (in its `finally`).
     if not inner or not (inner[0][0].function.endswith("exit__") or inner[0][1].final is not None):
         return None
-    loops = _busy_loops(early, busy)
+    loops = busy_loops(early, busy)
     only_raised = not e_ctx.managed_jumps and none_over_data(h for _, _, h, _ in loops)
     return managed[0], only_raised, inner[0][1].suppresses or e_ctx.swallowed is not None
 

@@ -10,7 +10,7 @@ import functools
 import re
 
 from triage.core.hang.construction import made_only_under, suppressing_with
-from triage.core.hang.iteration import loop_ends
+from triage.core.hang.iteration import error_exits, loop_ends
 from triage.core.hang.rank_aliases import aliased_rank_test
 from triage.core.hang.rank_exits import rank_jumps
 from triage.core.hang.stacks import LineContext
@@ -371,4 +371,5 @@ def line_context(source: str, line: int) -> LineContext:
         raises=tuple((line, test) for line, test, node in exits if isinstance(node, ast.Raise)),
         suppressed=suppressing_with(chain),
         rank_jumps=rank_jumps(chain, source, RANK_TEST),
+        error_exits=error_exits(chain[_own_function(chain) :]),
     )

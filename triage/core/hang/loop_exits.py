@@ -1,0 +1,86 @@
+"""How a rank got out of a loop another rank is still in, where the end of the data is not the
+only way (mismatch.py asks before it reads a rank out of the loop as out of batches, D9):
+
+- The loop has a broad `except` clause that leaves it (`except Exception: break`, a bare
+  `except:` that returns): a rank whose step raised there (a DataLoader worker killed, a corrupt
+  record, an error in its forward) left the loop with its error swallowed while the others go
+  on. A crash kept from ending the process (D20; D9 second, since the end of the data leaves that
+  loop too). The rank out of the loop is the odd one.
+- Every loop the busy ranks are in counts to a bound every rank shares (`for step in range(60)`)
+  and has no `break` or `return`: the rank out of it ran all its iterations, so the ranks still
+  inside are behind, held in a collective the others never issued. Where that collective is
+  reached through an `if` the others' path does not go through (a test on each rank's own data,
+  a graph break on one rank; not a test of the loop's counter, which every rank passes at the
+  same iteration), it is a collective only some ranks reach (D21; D19 first where the
+  test reads a random draw or a running count of the rank's own). The busy ranks are the odd ones.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from triage.core.hang.classify import RankState
+from triage.core.hang.paths import RANDOM_DRAW, busy_loops, conditional_only, counted, left_by_jump
+from triage.core.hang.stacks import rank_label
+
+_TARGET = re.compile(r"[A-Za-z_]\w*")
+
+
+class Exit(NamedTuple):
+    """Another way out of the loop: the entries, best first, whether the ranks still in the loop
+    (not the one out of it) are the odd ones, why (evidence) and the verdict."""
+
+    entries: tuple[str, str]
+    busy_odd: bool
+    why: str
+    verdict: str
+
+
+def _raised_out(early: RankState, busy: RankState, ranks: tuple[int | None, ...]) -> Exit | None:
+    for first, _, header, ctx in busy_loops(early, busy):
+        clause = next(((line, text) for loop, line, text in ctx.error_exits if loop == first), None)
+        if clause is None:
+            continue
+        why = (
+            f"`{header}` (line {first}) is also left through `{clause[1]}:` (line {clause[0]}), "
+            f"which swallows any error of a step: {rank_label(ranks)} most likely raised there (a "
+            "DataLoader worker that died, a corrupt record, an error in its step), left the loop with "
+            "its traceback unseen and went on, while the others stayed in it; running out of data "
+            "first would read the same"
+        )
+        verdict = f"{rank_label(ranks)} left the loop through `{clause[1]}` (an error swallowed) while the others go on"
+        return Exit(("D20", "D9"), False, why, verdict)
+    return None
+
+
+def _behind(early: RankState, busy: RankState, ranks: tuple[int | None, ...]) -> Exit | None:
+    loops = busy_loops(early, busy)
+    if not loops or not all(counted(header) for _, _, header, _ in loops) or left_by_jump(early, busy):
+        return None
+    found = conditional_only(busy, early)
+    if found is None:
+        return None
+    line, header, drifts = found
+    # A test of the loop's own counter (`if step % 10 == 0`, `if step == warmup`) holds on every
+    # rank at the same iteration: a rank out of the loop had fewer iterations, not another test.
+    counters = {name for _, _, h, _ in loops for name in _TARGET.findall(h.split(" in ", 1)[0])}
+    if any(re.search(rf"\b{name}\b", header) for name in counters - {"for", "async"}):
+        return None
+    why = (
+        f"every loop {rank_label(ranks)} {'is' if len(ranks) == 1 else 'are'} in counts to a bound every "
+        "rank shares and has no `break` or `return`, so the rank out of it ran all its iterations; "
+        f"{rank_label(ranks)} {'is' if len(ranks) == 1 else 'are'} held behind in a collective reached "
+        f"through `{header}` (line {line}), a test the other rank's path does not go through: a "
+        "collective only the ranks whose test held issue"
+    )
+    verdict = f"{rank_label(ranks)} is in a collective only some ranks reach (`{header}`)"
+    first = "D19" if drifts or RANDOM_DRAW.search(header) else "D21"
+    return Exit((first, "D21" if first == "D19" else "D19"), True, why, verdict)
+
+
+def left_otherwise(
+    early: RankState, busy: RankState, early_ranks: tuple[int | None, ...], busy_ranks: tuple[int | None, ...]
+) -> Exit | None:
+    """How `early` (out of a loop `busy` is still in) left it, other than at the end of its data."""
+    return _raised_out(early, busy, early_ranks) or _behind(early, busy, busy_ranks)
