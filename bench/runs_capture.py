@@ -119,6 +119,14 @@ EXTRA: dict[str, str] = {
     "eval_script_reduce_helper.py": "cpp-stack",
     "rank0_vocab_broadcast_timeout.py": "detail",
     "grad_disabled_after_eval.py": "tee",
+    # session 12 (written before the engine was read)
+    "dcp_resume_world_change.py": "tee",
+    "spawn_rank_returns_early.py": "cpp-stack",
+    "callback_gather_object_rank0.py": "detail",
+    "rank_sigkill_restarts.py": "loglevel-info",
+    "metrics_sqlite_every_rank.py": "cpp-info",
+    "trainer_outputs_logits_attr.py": "loglevel-info",
+    "loader_worker_decode_node2.py": "tee",
 }
 # Variables that would make a run look launched or change torch's output (as triage.repro scrubs).
 _SCRUB = (

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from triage.core.logscan.native_checks import is_call, native_refusal
 from triage.core.logscan.prefixes import split_prefix
+from triage.core.logscan.static_errors import static_error
 from triage.core.logscan.transport import transport_wait
 
 MAX_BLOCKS = 400  # blocks kept in full; later ones only update the per-rank wait points
@@ -163,7 +164,8 @@ class RankReader:
         checked = block.raised_by_torch or (
             _CPP_CHECK.match(message) is not None and _TORCH_FILE.search(block._frame_path) is not None
         )
-        block.refused = checked and name in CHECK_CLASSES
+        # a call that cannot run as written fails alike on every rank too (static_errors.py)
+        block.refused = (checked and name in CHECK_CLASSES) or static_error(name, message)
         block.native_check = native_refusal(name, block.native_call) and not block.refused
         self._keep(block)
         return block

@@ -39,10 +39,12 @@ MIN_GLUED = 2  # lines with a frame glued behind other text before the traceback
 # (one rank's traceback printed whole, then the next one's, turns at most once per rank)
 MIN_TURNS = 4
 # Lines every rank prints by design (tracebacks, NCCL's and torch's own logs, separators): their
-# repetition says nothing about the user's program.
+# repetition says nothing about the user's program. torchrun's summary is printed once per agent,
+# so a job of several nodes repeats it (`x.py FAILED`, `Root Cause (first observed failure):`).
 _NOT_OUTPUT = re.compile(
-    r"^\s*(File \"|Traceback|\^+$|~+$|-+$|=+$|\*+$|\[?[IWEF]\d{4} |NCCL |\w*(Error|Exception|Warning)\b"
-    r"|(time|host|rank|exitcode|error_file|traceback)\s+: )"  # torchrun's summary, one block per failed rank
+    r"^\s*(File \"|Traceback|\^+$|~+$|-+$|=+$|\*+$|\[?[IWEF]\d{4} |NCCL |(\w+\.)*\w*(Error|Exception|Warning)\b"
+    r"|(time|host|rank|exitcode|error_file|traceback)\s+: "  # torchrun's summary, one block per failed rank
+    r"|Root Cause \(first observed failure\):|Failures:|<NO_OTHER_FAILURES>|\S+ FAILED\s*$)"
 )
 # Python's warnings (`.../functional_tensor.py:368: UserWarning: Failed to initialize NumPy`, then the
 # source line it quotes): every process prints its imports' warnings once, whoever prints progress.
