@@ -51,7 +51,8 @@ def hinted(verdict: Verdict, events: list[Event], scan: Scan) -> Verdict:
         "its line blames several processes racing on one file, and this log shows one process; it is"
         " the answer if more than one process wrote or read that file at once"
     )
+    hint = max(e.weight for e in events if e.several and e.entry_id == lead.entry_id)
     verdict.found = False
     verdict.by_query_engine = False
-    verdict.closest = [(lead.entry_id, lead.score, why)]
+    verdict.closest = [(lead.entry_id, hint, why)]
     return verdict
