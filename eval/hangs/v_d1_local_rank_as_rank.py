@@ -1,8 +1,9 @@
-"""A script written for `torchrun` that takes its global rank from `LOCAL_RANK` (the same on a
-single node), started the README's "no launcher" way: one `python train.py` per process with
-RANK and WORLD_SIZE exported, which sets no LOCAL_RANK.
+"""A script from the `torch.distributed.launch` days: it takes its rank from the `--local_rank`
+argument that launcher appended (the same as the global rank on a single node), default 0.
+Started the README's "no launcher" way, one `python train.py` per process with RANK, WORLD_SIZE
+and the master's address exported, nobody passes `--local_rank`.
 
-Hang class: no launcher; the rank variable the script reads is unset and falls back to its
+Hang class: no launcher; the rank argument the script reads is never given and falls back to its
 default, so both processes ask for rank 0 and the group waits for a rank 1 nobody is.
 Label: D1
 Odd ranks: 1
@@ -10,9 +11,10 @@ Launch: python 2 gone
 Held out: session 12b
 
 Both processes call `init_process_group(rank=0, world_size=2)`: the first started owns the store
-and waits in `init_process_group` for rank 1; the second one's rank 0 never joins as 1.
+and waits in `init_process_group` for rank 1; the second cannot open the store's port and exits.
 """
 
+import argparse
 import os
 
 import torch
@@ -21,7 +23,9 @@ from torch import nn
 
 
 def setup() -> tuple[int, int]:
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", type=int, default=0)
+    local_rank = parser.parse_args().local_rank
     world = int(os.environ.get("WORLD_SIZE", 1))
     dist.init_process_group("gloo", rank=local_rank, world_size=world)
     return local_rank, world
