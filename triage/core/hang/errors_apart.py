@@ -12,7 +12,9 @@ them on different paths.
   batches) runs its `backward`, collective and all, only on the ranks whose forward applied it
   (D21, D19 second). Those ranks are the odd ones.
 - A collective under a periodic test whose period is read from a settings object (`step %
-  cfg["val_every"] == 0`, `args.eval_every`; not a literal, a constant or a bare local name) that some ranks took and the others passed at the same point of the same loop (not a rank that
+  cfg["val_every"] == 0`, `args.eval_every`; not a literal or a constant), or bound in the function
+  from values of the rank's own (`eval_every = EVAL_TOKENS // tokens.numel()`: periods.py),
+  that some ranks took and the others passed at the same point of the same loop (not a rank that
   has left that loop: that one ran out of its data or stopped): the
   ranks' periods differ, each read from its own configuration (D19, D21 second).
 """
@@ -149,14 +151,21 @@ def _own_period(groups: tuple[Group, ...]) -> Reading | None:
                 continue
             found = branch_only(odd.state, other.state) or conditional_only(odd.state, other.state)
             period = _PERIOD.search(found[1]) if found else None
-            if not found or not period or _CONSTANT.match(period.group("period").strip()):
+            if not found or not period:
+                continue
+            derived = any(found[0] in c.derived_periods for _, c in odd.state.path if c is not None)
+            if _CONSTANT.match(period.group("period").strip()) and not derived:
                 continue
             evidence = (
                 f"{rank_label(odd.ranks)} {'waits' if len(odd.ranks) == 1 else 'wait'} in "
                 f"{odd.state.collective}() reached through `{found[1]}` (line {found[0]}), which "
                 f"{rank_label(other.ranks)} passed at the same point of the loop: a periodic test "
                 f"every rank would pass together unless its period (`{period.group('period').strip()}`) "
-                "differs across ranks, each read from its own configuration",
+                + (
+                    "differs across ranks, each worked out from values of the rank's own"
+                    if derived
+                    else "differs across ranks, each read from its own configuration"
+                ),
                 describe_groups(groups),
             )
             verdict = f"the ranks disagree on the period of `{found[1]}` (a per-rank setting)"
