@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from triage.core.hang.classify import RankState
 from triage.core.hang.paths import RANDOM_DRAW, busy_loops, conditional_only, counted, left_by_jump, parting
-from triage.core.hang.stacks import rank_label
+from triage.core.hang.stacks import agree, rank_label
 
 _TARGET = re.compile(r"[A-Za-z_]\w*")
 
@@ -99,7 +99,9 @@ def _behind(early: RankState, busy: RankState, ranks: tuple[int | None, ...]) ->
         f"through `{header}` (line {line}), a test the other rank's path does not go through: a "
         "collective only the ranks whose test held issue"
     )
-    verdict = f"{rank_label(ranks)} is in a collective only some ranks reach (`{header}`)"
+    verdict = (
+        f"{rank_label(ranks)} {agree(ranks, 'is', 'are')} in a collective only some ranks reach (`{header}`)"
+    )
     first = "D19" if drifts or RANDOM_DRAW.search(header) else "D21"
     return Exit((first, "D21" if first == "D19" else "D19"), True, why, verdict)
 

@@ -147,6 +147,11 @@ class RankSample:
     counters: tuple[tuple[str, str, int], ...] = ()
 
 
+def agree(ranks: tuple[int | None, ...], one: str, many: str) -> str:
+    """The verb that agrees with rank_label(ranks): `rank 2 waits`, `ranks 0, 1 wait`."""
+    return many if len([r for r in ranks if r is not None]) > 1 else one
+
+
 def rank_label(ranks: tuple[int | None, ...]) -> str:
     """`rank 3`, `ranks 0, 1`, or `a process` where no rank is known."""
     known = [r for r in ranks if r is not None]
