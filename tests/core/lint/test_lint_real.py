@@ -143,6 +143,11 @@ KNOWN_MISSES = {
     "fix_fairseq2_ddce313_config_every_rank.py",
     "fix_modalities_ecb13cb4_print_every_rank.py",
     "fix_xtuner_68b924da_git_info_every_rank.py",
+    # Session 12b's unseen batch, as collected (eval/lint/README.md):
+    "fix_basicsr_ce052ff.py",
+    "fix_kempnerforge_c36863b.py",
+    "fix_monai_tutorials_af8d84f.py",
+    "fix_particleflow_f542ca4.py",
 }
 TEST_SPLIT_MISSES_AT_MOST = 14
 
