@@ -82,6 +82,14 @@ shared        (code not kept) An entry whose own symptoms quote another entry's 
               evidence at work: D3's own copy of that signature matched 16 train items, 2 of them
               D3's (the corpus labels the error E5 unless the thread showed a global RANK).
 
+Session 12, corpus D (1469 train queries, a-x; shipped: ranked top-1 74.7 %, objective 1038). D2
+(one launch mistake on several nodes) is named first for 20 train queries of other entries, as many
+as it has labelled, nearly all multi-node reports whose cause lay elsewhere (P1, MN2, MN3, P3):
+its 24 symptoms repeat the multi-node setting, so its strength on those words saturates. Term
+saturation and length normalisation (constants patched, code not kept): SATURATION 1.5 / 6.0
+ranked 73.8 / 74.1 %, objective 1036 / 1030; LENGTH_NORM 0.8 / 0.0 ranked 73.7 / 74.1 %, objective
+1026 / 1038. The shipped constants still sit at the top.
+
 Where the misses are (A; bench_eval.py --split train --show-misses): of the 117 queries whose first
 entry is wrong, the right one is second for 47, third to fifth for 32, lower for 34 (or the item is
 `none`); ~40 confusion pairs, none more than 3 times; most misses fit the winner as well as the
