@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from triage.core.logscan.scanner import Event, Scan
     from triage.core.logscan.verdict import Verdict
     from triage.core.model import KnowledgeBase
-    from triage.core.separate import Question
 
 HELP = "diagnose failure output from many ranks (FILE ... or -)"
 DESCRIPTION = (
@@ -189,20 +188,10 @@ def verdict_text(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> s
     return "\n".join(lines)
 
 
-def _candidates_question(kb: KnowledgeBase, candidates: list[str]) -> Question | None:
-    """The decision graph's question that tells the first candidate from the next one it can tell
-    it from (separate.py, as `ask` asks it), when the log's evidence cannot."""
-    from triage.core.separate import separating_question
-
-    for other in candidates[1:3]:
-        question = separating_question(kb, candidates[0], other)
-        if question is not None:
-            return question
-    return None
-
-
 def _question_lines(kb: KnowledgeBase, candidates: list[str]) -> list[str]:
-    question = _candidates_question(kb, candidates)
+    from triage.core.separate import question_among
+
+    question = question_among(kb, candidates)
     if question is None:
         return []
     ids = [entry_id for _, entry_id in question.options]
@@ -217,7 +206,9 @@ def _question_json(kb: KnowledgeBase, verdict: Verdict, top: int) -> dict[str, A
         candidates = [d.entry_id for d in verdict.diagnoses[:top] if d.score > 0]
     else:
         candidates = [entry_id for entry_id, _, _ in verdict.closest[:top]]
-    question = _candidates_question(kb, candidates)
+    from triage.core.separate import question_among
+
+    question = question_among(kb, candidates)
     if question is None:
         return None
     answers = {entry_id: label for label, entry_id in question.options}

@@ -98,6 +98,16 @@ def separating_question(kb: KnowledgeBase, first: str, second: str, text: str = 
     return best[1] if best else None
 
 
+def question_among(kb: KnowledgeBase, candidates: list[str], text: str = "") -> Question | None:
+    """The question that tells the first candidate from the next one (of the two after it) the graph
+    can tell it from: what `log` asks when its evidence cannot decide."""
+    for other in candidates[1:3]:
+        question = separating_question(kb, candidates[0], other, text)
+        if question is not None:
+            return question
+    return None
+
+
 def _said(
     node: QuestionNode,
     leads: list[frozenset[str]],
