@@ -1,5 +1,10 @@
-# triage eval (lint clean set): https://github.com/lucidrains/naturalspeech2-pytorch/blob/659bec7f7543e7747e809e950cc2f84242fbeec7/naturalspeech2_pytorch/naturalspeech2_pytorch.py
-# Licence: MIT (c) 2023 Phil Wang; the file below is unmodified.
+# source: https://github.com/lucidrains/naturalspeech2-pytorch/blob/659bec7f7543e7747e809e950cc2f84242fbeec7/naturalspeech2_pytorch/naturalspeech2_pytorch.py
+# established (review of the maintained file, session 12c; it was collected for clean/):
+#   Trainer.save() returns on every process but the local main one and then calls
+#   `accelerator.get_state_dict(self.model)`; under DeepSpeed ZeRO-3 or FSDP that gathers the
+#   shards from every process, which never join (as buggy/review_soundstorm_pytorch__trainer.py).
+# expect: TRG036
+# (the real file, unmodified below this header; licence: MIT (c) 2023 Phil Wang)
 import math
 import copy
 from multiprocessing import cpu_count
