@@ -154,6 +154,10 @@ def communication(ctx: Context, call: Call) -> Communication | None:
         return Communication(call.node, "strategy.barrier()", True, "strategy.barrier")
     if tail == "state_dict" and receiver_kind in ("fsdp", "fsdp2"):
         return Communication(call.node, "the FSDP model's state_dict()", False, "fsdp.state_dict")
+    if tail == "compute" and _synced_metric(ctx, call):
+        text = dotted(call.receiver or ast.Name("")) or "metric"
+        what = f"{text}.compute() (a torchmetrics metric: it all-gathers its state from every process)"
+        return Communication(call.node, what, False, "torchmetrics.compute")
     if tail == "log" and kwarg_true(call, "sync_dist"):
         return Communication(call.node, "self.log(..., sync_dist=True)", False, "log")
     own_kind = wrappers.kind(call.node.func, call.scope)
@@ -191,6 +195,28 @@ def forward(call: Call, kind: str) -> Communication | None:
     if kind == "prepared":
         return Communication(call.node, f"the Accelerate-prepared `{text}` (a DDP/FSDP wrapper)", False, text)
     return None
+
+
+def _synced_metric(ctx: Context, call: Call) -> bool:
+    """`fid = FrechetInceptionDistance(...)` in this scope (or `self.fid = ...` anywhere): a
+    torchmetrics metric's compute() gathers every process's state once a process group is up,
+    unless it was built with `sync_on_compute=False` or its own `dist_sync_fn`."""
+    receiver = dotted(call.receiver) if call.receiver is not None else ""
+    if not receiver:
+        return False
+    for built in ctx.script.call_list:
+        if not built.name.startswith("torchmetrics."):
+            continue
+        statement = ctx.script.statement_of(built.node)
+        if not isinstance(statement, ast.Assign) or receiver not in {dotted(t) for t in statement.targets}:
+            continue
+        if not receiver.startswith("self.") and built.scope is not call.scope:
+            continue
+        switched_off = built.kwarg("sync_on_compute")
+        if built.kwarg("dist_sync_fn") is not None:
+            return False
+        return not (isinstance(switched_off, ast.Constant) and switched_off.value is False)
+    return False
 
 
 _SHARDERS = ("fully_shard", "FullyShardedDataParallel", "FSDP")
