@@ -48,8 +48,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from corpus import Item, dev_dir, load_all, names_right, split_of  # noqa: E402
-from crossval import fold_kbs, fold_of  # noqa: E402
+from corpus import Item, dev_dir, load_all, names_right, split_of, thread_of  # noqa: E402
+from crossval import (  # noqa: E402
+    fold_kbs,
+    fold_of,
+    reports_of,
+    signature_evidence,
+    with_reports,
+    without_symptoms,
+    written_from,
+)
 
 from triage.core.model import KnowledgeBase  # noqa: E402
 from triage.core.text import foreign_share  # noqa: E402
@@ -228,24 +236,36 @@ def evaluate(
     return out
 
 
-def dev_figures(kb: KnowledgeBase) -> dict[str, object] | None:
+def dev_figures(kb: KnowledgeBase, train: Sequence[Item] = ()) -> dict[str, object] | None:
+    """The dev set's figures, ranked by an index that holds no train report from a thread the dev
+    set also takes an item from (nor the symptoms written from one): the corpus found some of the
+    same threads, and the dev figure must stay out of sample."""
     import yaml
 
     folder = dev_dir()
     if folder is None:
         return None
-    engine = LogEngine(kb)
-    result: dict[str, object] = {"path": str(folder)}
-    for name, kind, judge in (
-        ("dev_queries.yaml", "queries", lambda i: ask_outcome(kb, i)),
-        ("dev_logs.yaml", "logs", engine.outcome),
-    ):
+    sets = []
+    for name, kind in (("dev_queries.yaml", "queries"), ("dev_logs.yaml", "logs")):
         path = folder / name
-        if not path.is_file():
-            continue
-        raw_items = yaml.safe_load(path.read_text(encoding="utf-8")) or []
-        outcomes = [judge(_dev_item(raw, kind, f"{name}#{n}")) for n, raw in enumerate(raw_items, 1)]
-        result[kind] = figures(outcomes)
+        if path.is_file():
+            raw_items = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+            sets.append((kind, [_dev_item(raw, kind, f"{name}#{n}") for n, raw in enumerate(raw_items, 1)]))
+    threads = {thread_of(i.source) for _, items in sets for i in items}
+    shared = [i for i in train if thread_of(i.source) in threads]
+    if shared:
+        rest = [i for i in train if thread_of(i.source) not in threads]
+        kb = with_reports(
+            without_symptoms(kb, written_from(kb, shared)),
+            reports_of(kb, rest),
+            None,
+            signature_evidence(kb, rest),
+        )
+    engine = LogEngine(kb)
+    result: dict[str, object] = {"path": str(folder), "train_items_left_out": len(shared)}
+    for kind, items in sets:
+        judge = engine.outcome if kind == "logs" else (lambda i: ask_outcome(kb, i))
+        result[kind] = figures([judge(i) for i in items])
     return result
 
 
@@ -330,7 +350,8 @@ def print_table(result: dict[str, object], splits: Sequence[str], dev: dict[str,
             cells.append(_fmt(values.get(key)) if isinstance(values, dict) else "-")
         print(f"{label:48}" + "".join(f"{c:>10}" for c in cells))
     if dev:
-        print(f"(dev = {dev['path']})")
+        left_out = dev.get("train_items_left_out")
+        print(f"(dev = {dev['path']}; ranked without the {left_out} train items from threads it shares)")
     if "train" in splits:
         print(
             "(train: ask's figures cross-validated, each fold ranked by an index without its reports"
@@ -381,8 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     kb = load_kb()
     splits = ["train", "test"] if args.split == "both" else [args.split]
-    result = evaluate(kb, load_all(), splits, parts)
-    dev = None if args.no_dev else dev_figures(kb)
+    items = load_all()
+    result = evaluate(kb, items, splits, parts)
+    train = [i for kind in items.values() for i in kind if i.split == "train"]
+    dev = None if args.no_dev else dev_figures(kb, train)
     if args.show_misses:
         block = result["train"]
         assert isinstance(block, dict)

@@ -108,7 +108,7 @@ import fit_confidence as fc  # noqa: E402
 from corpus import Item, load_all, names_right  # noqa: E402
 from crossval import fold_kbs, fold_of, reports_of  # noqa: E402
 
-from triage.core import match_index, matcher, text  # noqa: E402
+from triage.core import match_index, matcher, suggest, text  # noqa: E402
 from triage.core.model import KnowledgeBase  # noqa: E402
 
 KINDS = ("hang", "slow", "oom", "worse", "print", "segfault", "nan", "accuracy")
@@ -395,7 +395,7 @@ def separate(kb: KnowledgeBase, items: Sequence[Item]) -> None:
                 node = fold_kb.graph.nodes[question.node] if question else None
                 if question and isinstance(node, QuestionNode):
                     labels = [o.label for o in node.options]
-                    scores = dict(matcher.rank_options(node, item.text, fold_kb))
+                    scores = dict(suggest.rank_options(node, item.text, fold_kb))
                     one, two = (scores[labels.index(label)] for label, _ in question.options)
                     if two > one + margin:
                         top = second.entry.id

@@ -87,6 +87,7 @@ def read_rank(
         threads=threads,
         world_asked=dump.world_asked,
         counters=dump.counters,
+        rank_asked=dump.rank_asked,
     )
 
 

@@ -36,6 +36,7 @@ class Dump:
     # init_process_group's world_size argument, where the arguments were read and it waits there
     world_asked: int | None = None
     counters: tuple[tuple[str, str, int], ...] = ()  # the user frames' integer locals, where read
+    rank_asked: int | None = None  # init_process_group's rank argument, read as world_asked is
 
 
 OVERRIDE_VAR = "TRIAGE_PY_SPY"  # a py-spy to use instead of the one beside python or on PATH
@@ -172,6 +173,7 @@ def parse_dump(text: str, pid: int, rank_of: bool = False) -> Dump:
     raw_frames = main.get("frames")
     rank = rank_argument(raw_frames) if rank_of and isinstance(raw_frames, list) else None
     world = world_argument(raw_frames) if rank_of and isinstance(raw_frames, list) else None
+    asked = init_argument(raw_frames, "rank") if rank_of and isinstance(raw_frames, list) else None
     counters = counters_of(raw_frames) if rank_of and isinstance(raw_frames, list) else ()
     others = tuple(
         ThreadStack(
@@ -180,7 +182,7 @@ def parse_dump(text: str, pid: int, rank_of: bool = False) -> Dump:
         for t in threads
         if isinstance(t, dict) and t is not main
     )
-    return Dump(_frames(main), bool(main.get("active")), rank, others[:MAX_THREADS], world, counters)
+    return Dump(_frames(main), bool(main.get("active")), rank, others[:MAX_THREADS], world, counters, asked)
 
 
 def _in_init(frame: object) -> bool:
@@ -194,8 +196,14 @@ def _in_init(frame: object) -> bool:
 def world_argument(frames: list[object]) -> int | None:
     """The world_size a rank passed to init_process_group, where it waits in it (-1, the default,
     means WORLD_SIZE from the environment: None)."""
+    return init_argument(frames, "world_size")
+
+
+def init_argument(frames: list[object], name: str) -> int | None:
+    """An argument (`world_size`, `rank`) a rank passed to init_process_group, where it waits in it
+    (-1, the default, means the environment's value: None)."""
     found = next((f for f in frames if _in_init(f)), None)
-    return _argument(found, ("world_size",)) if isinstance(found, dict) else None
+    return _argument(found, (name,)) if isinstance(found, dict) else None
 
 
 def _frames(thread: dict[str, object]) -> tuple[Frame, ...]:
@@ -221,12 +229,12 @@ def sample(pid: int, timeout_s: float, gap_s: float = 0.3, rank_of: bool = False
     except StackUnreadable:
         return first, False
     moved = second.frames != first.frames or second.active
-    world, counters = first.world_asked, first.counters
+    world, counters, asked = first.world_asked, first.counters, first.rank_asked
     if world is None and not counters and not moved and _in_torch(second.frames):
         # waiting while the group forms, how many ranks did it ask for? waiting in a collective (a
         # torch.distributed call, DDP's in backward()), in which iteration of its loops? (its
         # arguments and integer locals, read once)
         with contextlib.suppress(StackUnreadable):
             with_locals = dump(pid, timeout_s, rank_of=True)
-            world, counters = with_locals.world_asked, with_locals.counters
-    return replace(second, rank=first.rank, world_asked=world, counters=counters), moved
+            world, counters, asked = with_locals.world_asked, with_locals.counters, with_locals.rank_asked
+    return replace(second, rank=first.rank, world_asked=world, counters=counters, rank_asked=asked), moved

@@ -56,6 +56,11 @@ def test_the_posters_own_lines_stay(line: str) -> None:
     assert _kept(f"title\n{line}") == ["title", line]
 
 
+def test_template_headings_and_code_fences_go_and_the_code_stays() -> None:
+    text = "title\n### 🐛 Describe the bug\nhangs\n**To Reproduce**\n```python\ndist.barrier()\n```\n### NCCL hangs"
+    assert _kept(text) == ["title", "hangs", "dist.barrier()", "### NCCL hangs"]
+
+
 def test_a_template_placeholder_goes_and_its_line_stays() -> None:
     text = "hangs on two nodes\n - GPU count and types [e.g. two machines with x8 A100s each] 2x8 H100"
     assert _kept(text) == ["hangs on two nodes", "- GPU count and types  2x8 H100"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from triage.core.matcher import index_for, query_terms, rank, rank_options
+from triage.core.matcher import index_for, query_terms, rank
 from triage.core.model import KnowledgeBase, QuestionNode
 from triage.core.regex_literals import required_literal
 from triage.core.separate import reachable, separating_question
+from triage.core.suggest import rank_options
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from triage.core.logscan.scanner import Event, Scan
     from triage.core.logscan.verdict import Verdict
     from triage.core.model import KnowledgeBase
+    from triage.core.separate import Question
 
 HELP = "diagnose failure output from many ranks (FILE ... or -)"
 DESCRIPTION = (
@@ -155,6 +156,7 @@ def verdict_text(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> s
                 lines.append(
                     f"  {entry_id:<5} {kb.entries[entry_id].title}  ({shown_score(score):.2f}, {why})"
                 )
+        lines += _question_lines(kb, [entry_id for entry_id, _, _ in closest])
         return "\n".join(lines)
     best = verdict.diagnoses[0]
     entry = kb.entries[best.entry_id]
@@ -169,6 +171,7 @@ def verdict_text(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> s
             " traceback) follows any failure; the cause is in output not in this log (the first"
             " rank to fail, dmesg). The entries below are candidates."
         )
+        lines += _question_lines(kb, [d.entry_id for d in verdict.diagnoses[:top] if d.score > 0])
     lines.append("  evidence:")
     lines += [evidence_line(scan, e) for e in evidence(best)]
     others = [d for d in verdict.diagnoses[1:top] if d.score > 0]
@@ -184,6 +187,41 @@ def verdict_text(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> s
                 lines.append(evidence_line(scan, shown[0], indent="        "))
     lines += ["", *entry_lines(kb, entry, style, full=False)]
     return "\n".join(lines)
+
+
+def _candidates_question(kb: KnowledgeBase, candidates: list[str]) -> Question | None:
+    """The decision graph's question that tells the first candidate from the next one it can tell
+    it from (separate.py, as `ask` asks it), when the log's evidence cannot."""
+    from triage.core.separate import separating_question
+
+    for other in candidates[1:3]:
+        question = separating_question(kb, candidates[0], other)
+        if question is not None:
+            return question
+    return None
+
+
+def _question_lines(kb: KnowledgeBase, candidates: list[str]) -> list[str]:
+    question = _candidates_question(kb, candidates)
+    if question is None:
+        return []
+    ids = [entry_id for _, entry_id in question.options]
+    answers = ";  ".join(f'"{label}" -> {entry_id}' for label, entry_id in question.options)
+    return [f"  to tell {' from '.join(ids)}, answer: {question.prompt}", f"    {answers}"]
+
+
+def _question_json(kb: KnowledgeBase, verdict: Verdict, top: int) -> dict[str, Any] | None:
+    if verdict.found and not verdict.only_symptoms:
+        return None
+    if verdict.found:
+        candidates = [d.entry_id for d in verdict.diagnoses[:top] if d.score > 0]
+    else:
+        candidates = [entry_id for entry_id, _, _ in verdict.closest[:top]]
+    question = _candidates_question(kb, candidates)
+    if question is None:
+        return None
+    answers = {entry_id: label for label, entry_id in question.options}
+    return {"node": question.node, "prompt": question.prompt, "answers": answers}
 
 
 def _event_json(scan: Scan, event: Event) -> dict[str, Any]:
@@ -255,6 +293,7 @@ def _as_json(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> dict[
             for i, s, w in verdict.closest[:top]
         ],
         "ranks": [asdict(row) for row in rank_rows(scan, verdict)],
+        "separating_question": _question_json(kb, verdict, top),
     }
     redacted = redact_obj(data)
     assert isinstance(redacted, dict)

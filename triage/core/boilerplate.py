@@ -47,6 +47,17 @@ _TEMPLATE_LINES = frozenset(
         "no running processes found", "copy-and-paste the text below in your github issue",
     }
 )  # fmt: skip
+# Section headings of the common issue templates (`### System Info`, `**To Reproduce**`).
+_HEADINGS = frozenset(
+    {
+        "system info", "information", "tasks", "reproduction", "expected behavior", "expected behaviour",
+        "who can help?", "who can help", "versions", "environment", "describe the bug", "to reproduce",
+        "additional context", "screenshots", "system info (please complete the following information):",
+        "ds_report output", "launcher context", "docker context", "steps to reproduce", "your environment",
+        "bug description", "what version are you seeing the problem on?", "how to reproduce the bug",
+        "error messages and logs", "environment details", "more info", "reminder", "others",
+    }
+)  # fmt: skip
 _SMI_MARKS = ("NVIDIA-SMI", "Driver Version", "MiB", "Persistence-M", "Processes:", "GPU  Name", "N/A")
 
 
@@ -108,6 +119,16 @@ def _placeholders(line: str) -> str:
     return line
 
 
+def _heading_or_fence(line: str) -> bool:
+    """A template's section heading, or a code fence with at most its language (```` ```Shell ````)."""
+    if line.startswith("```"):
+        return len(line[3:].split()) <= 1
+    if line[:1] not in "#*":
+        return False
+    title = line.strip("#* \t").lstrip("🐛🚀📚❓ ").strip("*: ").lower()
+    return title in _HEADINGS
+
+
 def _mentions_only(line: str) -> bool:
     """`cc @a @b` or `@a @b`: whom the poster asks, not what failed."""
     words = line.split()
@@ -157,6 +178,7 @@ def drop_boilerplate(text: str) -> str:
             or _smi_line(stripped)
             or _op_report(stripped)
             or _mentions_only(stripped)
+            or _heading_or_fence(stripped)
         ):
             continue
         kept.append(_placeholders(line) if "[e.g." in line else line)

@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 
 from triage.core.boilerplate import drop_boilerplate
-from triage.core.model import Entry, KnowledgeBase, QuestionNode
+from triage.core.model import Entry, KnowledgeBase
 from triage.core.text import PAIR, Normalizer, foreign_share, pairs
 
 TYPE_CHECKING = False  # mypy reads it as true; importing it from typing would load typing
@@ -438,34 +438,3 @@ def rank(kb: KnowledgeBase, text: str, top: int = 5) -> Match:
 
         question = separating_question(kb, scored[0][2], scored[1][2], text)
     return Match(text, verdict, tuple(hits), question)
-
-
-def rank_options(node: QuestionNode, text: str, kb: KnowledgeBase | None = None) -> list[tuple[int, float]]:
-    """How well free text answers each option of a question: (option index, 0..1), best first.
-
-    For the option's label and each of its keywords: the weighted overlap (Dice) with the text's
-    terms, or, when one holds all of the other (the text says a whole keyword, or a short answer
-    is part of a label), that containment, squared so that half counts for a quarter. With the knowledge base, its vocabulary and term weights apply
-    ("frozen" meets "hangs")."""
-    index = index_for(kb) if kb is not None else None
-    normalizer = index.normalizer if index is not None else Normalizer({})
-
-    def weight(term: str) -> float:
-        posting = index.posting(term) if index is not None else None
-        return posting[0] if posting is not None else 0.5
-
-    query = {t: weight(t) for t in normalizer.tokens(text)}
-    total = sum(query.values())
-    scored = []
-    for i, option in enumerate(node.options):
-        best = 0.0
-        for candidate in (option.label, *option.keywords):
-            words = {t: weight(t) for t in normalizer.tokens(candidate)}
-            common = sum(w for t, w in words.items() if t in query)
-            if common:
-                size = sum(words.values())
-                contained = max(common / size, common / total) ** 2
-                best = max(best, 2 * common / (total + size), contained)
-        scored.append((i, best))
-    scored.sort(key=lambda pair: -pair[1])
-    return scored

@@ -44,6 +44,9 @@ class Signature(NamedTuple):
     echo: bool = False
     # Real log lines the pattern must match (checked by `triage kb check`).
     examples: tuple[str, ...] = ()
+    # True for lines that name the entry only when several processes did the same thing (raced on
+    # one file): in a log that shows one process at most, the line is only a hint (single.py).
+    several: bool = False
 
 
 class Verify(NamedTuple):

@@ -78,6 +78,7 @@ def separating_question(kb: KnowledgeBase, first: str, second: str, text: str = 
     narrowest: a hang report is not asked whether the job "runs, but slower"."""
     reach = reachable(kb)
     best: tuple[tuple[int, int, int, str], Question] | None = None
+    words: list[set[str]] = []  # the text's terms, tokenised only when an option must be chosen by them
     for node_id, below in reach.items():  # (a node is decoded only when both are below it)
         if first not in below or second not in below:
             continue
@@ -85,7 +86,7 @@ def separating_question(kb: KnowledgeBase, first: str, second: str, text: str = 
         if not isinstance(node, QuestionNode):
             continue
         leads = [_leads(reach, o.target, kb) for o in node.options]
-        said = _said(node, text, kb)
+        said = _said(node, leads, (first, second), text, kb, words)
         one, two = _pick(leads, first, second, said), _pick(leads, second, first, said)
         if one is None or two is None or one == two:
             continue
@@ -97,13 +98,37 @@ def separating_question(kb: KnowledgeBase, first: str, second: str, text: str = 
     return best[1] if best else None
 
 
-def _said(node: QuestionNode, text: str, kb: KnowledgeBase) -> dict[int, float]:
-    """How well the user's text already answers each option of `node` (0 for none)."""
+def _said(
+    node: QuestionNode,
+    leads: list[frozenset[str]],
+    pair: tuple[str, str],
+    text: str,
+    kb: KnowledgeBase,
+    words: list[set[str]],
+) -> dict[int, float]:
+    """For options of `node` that compete to lead to one candidate, the share of the option's
+    words (label or a keyword, with the vocabulary's variants) the user's text holds. Empty when
+    no choice is open: this runs inside `ask`, which must stay fast."""
     if not text:
         return {}
-    from triage.core.matcher import rank_options  # the matcher imports this module lazily
+    open_choice = any(sum(1 for found in leads if entry in found) > 1 for entry in pair)
+    if not open_choice:
+        return {}
+    from triage.core.matcher import index_for  # the matcher imports this module lazily
 
-    return {i: round(score, 2) for i, score in rank_options(node, text, kb)}
+    normalizer = index_for(kb).normalizer
+    if not words:
+        words.append(set(normalizer.tokens(text)))
+    said = {}
+    for i, option in enumerate(node.options):
+        if any(entry in leads[i] for entry in pair):
+            shares = [
+                len(terms & words[0]) / len(terms)
+                for phrase in (option.label, *option.keywords)
+                if (terms := set(normalizer.tokens(phrase)))
+            ]
+            said[i] = round(max(shares, default=0.0), 2)
+    return said
 
 
 def _pick(leads: list[frozenset[str]], wanted: str, other: str, said: dict[int, float]) -> int | None:

@@ -62,7 +62,7 @@ def suggest(kb: KnowledgeBase, node: QuestionNode | None, text: str, *, at_start
     """Rank the question's options and the knowledge base's entries for `text`, best offer first."""
     if not text.strip():
         return NOTHING
-    from triage.core.matcher import rank, rank_options
+    from triage.core.matcher import rank
 
     match = rank(kb, text, top=MAX_ENTRIES)
     options: list[Suggestion] = []
@@ -130,3 +130,37 @@ def reply(
         f"“{text}” does not fit this question; it sounds like a different problem. I now suspect:{names}"
     )
     return Reply("suspect", message, suspects=suspects)
+
+
+def rank_options(node: QuestionNode, text: str, kb: KnowledgeBase | None = None) -> list[tuple[int, float]]:
+    """How well free text answers each option of a question: (option index, 0..1), best first.
+
+    For the option's label and each of its keywords: the weighted overlap (Dice) with the text's
+    terms, or, when one holds all of the other (the text says a whole keyword, or a short answer
+    is part of a label), that containment, squared so that half counts for a quarter. With the knowledge base, its vocabulary and term weights apply
+    ("frozen" meets "hangs")."""
+    from triage.core.matcher import index_for  # the matcher (and its index) only when words are ranked
+    from triage.core.text import Normalizer
+
+    index = index_for(kb) if kb is not None else None
+    normalizer = index.normalizer if index is not None else Normalizer({})
+
+    def weight(term: str) -> float:
+        posting = index.posting(term) if index is not None else None
+        return posting[0] if posting is not None else 0.5
+
+    query = {t: weight(t) for t in normalizer.tokens(text)}
+    total = sum(query.values())
+    scored = []
+    for i, option in enumerate(node.options):
+        best = 0.0
+        for candidate in (option.label, *option.keywords):
+            words = {t: weight(t) for t in normalizer.tokens(candidate)}
+            common = sum(w for t, w in words.items() if t in query)
+            if common:
+                size = sum(words.values())
+                contained = max(common / size, common / total) ** 2
+                best = max(best, 2 * common / (total + size), contained)
+        scored.append((i, best))
+    scored.sort(key=lambda pair: -pair[1])
+    return scored

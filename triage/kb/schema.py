@@ -63,6 +63,14 @@ SIGNATURE = Shape(
             example=False,
         ),
         Field(
+            "several",
+            Flag(),
+            "true when the line names this entry only if several processes did the same thing "
+            "(raced on one file); in a log that shows one process it is only a hint",
+            default=False,
+            example=False,
+        ),
+        Field(
             "examples",
             Texts(),
             "real log lines, copied verbatim, that the pattern must match",

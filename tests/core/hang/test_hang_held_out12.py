@@ -37,6 +37,8 @@ def test_a_rank_that_left_the_loop_did_not_pass_its_periodic_test() -> None:
     barrier: that is no per-rank period (read D19 before), it ran out of its steps first."""
     picture = _job("u_d9_accum_max_steps_per_rank")
     assert picture.diagnoses[0].entry == "D9" and picture.suspect_ranks == (2,), _says(picture)
+    # two ranks are, one rank is: the evidence reads as a sentence
+    assert "while ranks 0, 1 are still inside it" in picture.diagnoses[0].evidence[0]
 
 
 def _variant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: str, line: int, text: str) -> None:

@@ -116,10 +116,9 @@ KNOWN_MISSES = {
     # A library helper nothing in its file calls (`get_device_name`) that asks dist.get_rank()
     # itself: not judged (session 6), whatever the arm of `if dist.is_initialized():` it sits in.
     "fix_sbert_163258f1_device_global_rank.py",
-    # Session 11b's unseen batch. Writes through a project's helper (`remove_runner_state_from_
-    # submission`, a metric-recorder factory), a logging handler's `os.remove` in a module with no
-    # sign of processes at all, and a results JSON through `open(path, "w")` in `predict`:
-    "fix_fairchem_4914e7e7_submission_pickle_every_rank.py",
+    # Session 11b's unseen batch. Writes through a project's helper (a metric-recorder factory), a
+    # logging handler's `os.remove` in a module with no sign of processes at all, and a results
+    # JSON through `open(path, "w")` in `predict`:
     "fix_fairchem_d24fc7dd_predictions_every_rank.py",
     "fix_fairseq2_64af489f_metric_recorders_every_rank.py",
     "fix_llamafactory_e7cb145f_log_remove_every_rank.py",
@@ -143,8 +142,12 @@ KNOWN_MISSES = {
     "fix_fairseq2_ddce313_config_every_rank.py",
     "fix_modalities_ecb13cb4_print_every_rank.py",
     "fix_xtuner_68b924da_git_info_every_rank.py",
+    # Session 12b's unseen batch: a collective under a file-system test every rank makes itself, and
+    # an NCCL script that places its tensors by hand (eval/lint/README.md):
+    "fix_kempnerforge_c36863b.py",
+    "fix_particleflow_f542ca4.py",
 }
-TEST_SPLIT_MISSES_AT_MOST = 14
+TEST_SPLIT_MISSES_AT_MOST = 15
 
 
 def test_the_bugs_github_threads_established_are_found() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from triage.core.hang.claimed import claimed_apart
 from triage.core.hang.classify import JOINING, RankState, classify, in_distributed
 from triage.core.hang.dispatch import set_up_apart
 from triage.core.hang.drift import drifted
@@ -154,6 +155,7 @@ def analyse(samples: list[RankSample], records: Sequence[RankRecord] = ()) -> Ha
     else:
         picture = _never_started(analyse_states(states, world, visible_slots(samples, world)), asked)
     picture = disagreed_root(lock_cycle(_extra_thread(picture, samples), samples), samples)
+    picture = claimed_apart(picture, samples)
     return with_records(drifted(picture, samples), read, records)
 
 

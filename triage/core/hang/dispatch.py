@@ -19,7 +19,7 @@ import re
 
 from triage.core.hang.mismatch import Diagnosis, Group, describe_groups, fewer, rank_branch
 from triage.core.hang.paths import conditional_only, parting
-from triage.core.hang.stacks import Frame, LineContext, rank_label
+from triage.core.hang.stacks import Frame, LineContext, agree, rank_label
 
 Reading = tuple[list[Diagnosis], tuple[int, ...], str]
 
@@ -54,14 +54,14 @@ def _registered(groups: tuple[Group, ...]) -> Reading | None:
         if any((f.file, f.function) == (frame.file, frame.function) for g in others for f, _ in g.state.path):
             continue
         evidence = (
-            f"{rank_label(odd.ranks)} waits in {odd.state.collective}() inside {frame.function}() "
+            f"{rank_label(odd.ranks)} {agree(odd.ranks, 'waits', 'wait')} in {odd.state.collective}() inside {frame.function}() "
             f"(line {frame.line}), called through `{header}`; the source makes that object only under "
             f"`if {ctx.made_if}:`, so only the ranks whose test held registered it and run its "
             "collective, and the other ranks' loops went on without it",
             describe_groups(groups),
         )
         verdict = (
-            f"{rank_label(odd.ranks)} is in a collective of an object only some ranks made "
+            f"{rank_label(odd.ranks)} {agree(odd.ranks, 'is', 'are')} in a collective of an object only some ranks made "
             f"(`if {ctx.made_if}:`)"
         )
         return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], fewer(odd, groups), verdict
@@ -81,7 +81,7 @@ def _periodic_after_skip(groups: tuple[Group, ...]) -> Reading | None:
             if skip is None:
                 continue
             evidence = (
-                f"{rank_label(odd.ranks)} waits in {odd.state.collective}() reached through "
+                f"{rank_label(odd.ranks)} {agree(odd.ranks, 'waits', 'wait')} in {odd.state.collective}() reached through "
                 f"`{found[1]}` (line {found[0]}), a test every rank passes at the same iteration, "
                 f"while {rank_label(other.ranks)} {other.state.describe()} in the same loop; the "
                 f"`continue` at line {skip[0]} (under `if {skip[1]}:`) skips that collective on the "

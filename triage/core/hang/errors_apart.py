@@ -12,7 +12,9 @@ them on different paths.
   batches) runs its `backward`, collective and all, only on the ranks whose forward applied it
   (D21, D19 second). Those ranks are the odd ones.
 - A collective under a periodic test whose period is read from a settings object (`step %
-  cfg["val_every"] == 0`, `args.eval_every`; not a literal, a constant or a bare local name) that some ranks took and the others passed at the same point of the same loop (not a rank that
+  cfg["val_every"] == 0`, `args.eval_every`; not a literal or a constant), or bound in the function
+  from values of the rank's own (`eval_every = EVAL_TOKENS // tokens.numel()`: periods.py),
+  that some ranks took and the others passed at the same point of the same loop (not a rank that
   has left that loop: that one ran out of its data or stopped): the
   ranks' periods differ, each read from its own configuration (D19, D21 second).
 """
@@ -32,7 +34,7 @@ from triage.core.hang.paths import (
     parting,
     past_loop,
 )
-from triage.core.hang.stacks import rank_label
+from triage.core.hang.stacks import agree, rank_label
 
 Reading = tuple[list[Diagnosis], tuple[int, ...], str]
 
@@ -74,7 +76,7 @@ def _recovered(groups: tuple[Group, ...]) -> Reading | None:
             else f"`{clause}` catches the error raised for values gone NaN or inf"
         )
         evidence = (
-            f"{rank_label(odd.ranks)} waits in {odd.state.collective}() inside `{clause}:` (line {line}), "
+            f"{rank_label(odd.ranks)} {agree(odd.ranks, 'waits', 'wait')} in {odd.state.collective}() inside `{clause}:` (line {line}), "
             f"which the other ranks did not enter: {why}; its values went non-finite, it raised, and "
             "its recovery path (reload, resynchronise, restart) issues collectives the others, whose "
             "values stayed finite, are not in",
@@ -98,9 +100,9 @@ def _went_round(groups: tuple[Group, ...]) -> Reading | None:
                 continue
             kind = "`with suppress(...)`" if w_ctx.suppressed else "`try` whose `except` swallows"
             evidence = (
-                f"{rank_label(ahead.ranks)} waits in {ahead.state.collective}() at line {a_line}, earlier in "
+                f"{rank_label(ahead.ranks)} {agree(ahead.ranks, 'waits', 'wait')} in {ahead.state.collective}() at line {a_line}, earlier in "
                 f"the loop (line {loop[0]}) than the {kind} at line {block[0]} where "
-                f"{rank_label(waiting.ranks)} {'waits' if len(waiting.ranks) == 1 else 'wait'} in "
+                f"{rank_label(waiting.ranks)} {agree(waiting.ranks, 'waits', 'wait')} in "
                 f"{waiting.state.collective}(): it raised inside that block, the error was swallowed "
                 "unseen, and it went round to the next iteration without the collective",
                 describe_groups(groups),
@@ -127,14 +129,14 @@ def _applied_only(groups: tuple[Group, ...]) -> Reading | None:
         if any((f.file, f.function) == (frame.file, frame.function) for g in others for f, _ in g.state.path):
             continue
         evidence = (
-            f"{rank_label(odd.ranks)} waits in {odd.state.collective}() inside backward() (line "
+            f"{rank_label(odd.ranks)} {agree(odd.ranks, 'waits', 'wait')} in {odd.state.collective}() inside backward() (line "
             f"{frame.line}) of an autograd Function the source applies only under `if {ctx.made_if}:`: "
             "its backward runs only where the forward took that branch, and the other ranks' "
             "backward issued no such collective",
             describe_groups(groups),
         )
         verdict = (
-            f"{rank_label(odd.ranks)} is in a collective of an autograd Function's backward that only "
+            f"{rank_label(odd.ranks)} {agree(odd.ranks, 'is', 'are')} in a collective of an autograd Function's backward that only "
             f"some ranks applied (`if {ctx.made_if}:`)"
         )
         return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], fewer(odd, groups), verdict
@@ -149,14 +151,21 @@ def _own_period(groups: tuple[Group, ...]) -> Reading | None:
                 continue
             found = branch_only(odd.state, other.state) or conditional_only(odd.state, other.state)
             period = _PERIOD.search(found[1]) if found else None
-            if not found or not period or _CONSTANT.match(period.group("period").strip()):
+            if not found or not period:
+                continue
+            derived = any(found[0] in c.derived_periods for _, c in odd.state.path if c is not None)
+            if _CONSTANT.match(period.group("period").strip()) and not derived:
                 continue
             evidence = (
                 f"{rank_label(odd.ranks)} {'waits' if len(odd.ranks) == 1 else 'wait'} in "
                 f"{odd.state.collective}() reached through `{found[1]}` (line {found[0]}), which "
                 f"{rank_label(other.ranks)} passed at the same point of the loop: a periodic test "
                 f"every rank would pass together unless its period (`{period.group('period').strip()}`) "
-                "differs across ranks, each read from its own configuration",
+                + (
+                    "differs across ranks, each worked out from values of the rank's own"
+                    if derived
+                    else "differs across ranks, each read from its own configuration"
+                ),
                 describe_groups(groups),
             )
             verdict = f"the ranks disagree on the period of `{found[1]}` (a per-rank setting)"

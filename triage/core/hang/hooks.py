@@ -24,7 +24,7 @@ import re
 from triage.core.hang.classify import RankState
 from triage.core.hang.mismatch import Diagnosis, Group, describe_groups, ints, rank_branch
 from triage.core.hang.paths import context, none_over_data
-from triage.core.hang.stacks import Frame, LineContext, rank_label
+from triage.core.hang.stacks import Frame, LineContext, agree, rank_label
 
 Reading = tuple[list[Diagnosis], tuple[int, ...], str]
 
@@ -53,7 +53,7 @@ def _finalized(groups: tuple[Group, ...]) -> Reading | None:
     odd, (frame, ctx) = hooked[0]
     made = f", and its class is made only under `if {ctx.made_under}:`" if ctx.made_under else ""
     evidence = (
-        f"{rank_label(odd.ranks)} waits in {odd.state.collective}() inside {frame.function}() "
+        f"{rank_label(odd.ranks)} {agree(odd.ranks, 'waits', 'wait')} in {odd.state.collective}() inside {frame.function}() "
         f"(line {frame.line}), a finalizer: it runs where the object's last reference goes, on the "
         f"ranks that hold one{made}, at a point of the sequence the other ranks do not share",
         describe_groups(groups),
@@ -80,9 +80,10 @@ def _at_exit(groups: tuple[Group, ...]) -> Reading | None:
     loops = [h for g in busy for h in _loops(g.state)]
     only_raised = none_over_data(loops)
     evidence = (
-        f"{rank_label(odd.ranks)} waits in {odd.state.collective}() inside {frame.function}() (line "
+        f"{rank_label(odd.ranks)} {agree(odd.ranks, 'waits', 'wait')} in {odd.state.collective}() inside {frame.function}() (line "
         f"{frame.line}), an exit hook (`atexit`): its main code has ended while "
-        f"{rank_label(tuple(r for g in busy for r in g.ranks))} still run theirs ("
+        f"{rank_label(others := tuple(r for g in busy for r in g.ranks))} "
+        f"{agree(others, 'still runs its own', 'still run theirs')} ("
         + ("loops that run as many times on every rank: an exception ended it, its traceback printed"
            if only_raised else "a loop over the data: it ran out of it first, or raised")
         + "), and the hook's collective keeps the process alive, so no launcher sees it end",
@@ -128,7 +129,7 @@ def _cache_hit(groups: tuple[Group, ...]) -> Reading | None:
         return None
     odd, (frame, ctx) = missed[0]
     evidence = (
-        f"{rank_label(odd.ranks)} waits in {odd.state.collective}() inside {frame.function}() (line "
+        f"{rank_label(odd.ranks)} {agree(odd.ranks, 'waits', 'wait')} in {odd.state.collective}() inside {frame.function}() (line "
         f"{frame.line}), memoised by `{ctx.memoised}`: its collective runs only where a call misses "
         f"the cache, and {rank_label(hit)} got a hit (an argument seen before on that rank, or a "
         "first call made there alone) and went on past it",

@@ -157,3 +157,31 @@ def error_exits(blocks: list[ast.AST]) -> tuple[tuple[int, int, str], ...]:
                 clause = "except" + (f" {ast.unparse(node.type)}" if node.type is not None else "")
                 found.append((loop.lineno, node.lineno, clause))
     return tuple(sorted(found))
+
+
+def _goes_on(loop: ast.AST, node: ast.Try, handler: ast.ExceptHandler) -> bool:
+    """Whether the loop goes round again after `handler`: it ends in a `continue`, or the `try` is
+    the last statement of the loop's body."""
+    last = handler.body[-1] if handler.body else None
+    body = getattr(loop, "body", [])
+    ends_loop = bool(body) and body[-1] is node
+    return isinstance(last, ast.Continue) or (
+        ends_loop and not isinstance(last, ast.Break | ast.Return | ast.Raise)
+    )
+
+
+def error_skips(blocks: list[ast.AST]) -> tuple[tuple[int, int, int, str], ...]:
+    """Of the loops among `blocks`, the `try`s of their own whose broad `except` swallows the
+    error and goes on to the next iteration (`except Exception: log; continue`): (the loop's first
+    line, the `try` line, its body's last line, the clause's header)."""
+    found: list[tuple[int, int, int, str]] = []
+    for loop in (n for n in blocks if isinstance(n, _LOOPS)):
+        for node in _own(loop):
+            if not isinstance(node, ast.Try) or not node.body:
+                continue
+            for handler in (h for h in node.handlers if _broad(h) and _goes_on(loop, node, h)):
+                clause = "except" + (f" {ast.unparse(handler.type)}" if handler.type is not None else "")
+                end = getattr(node.body[-1], "end_lineno", None) or node.body[-1].lineno
+                found.append((loop.lineno, node.lineno, end, clause))
+                break
+    return tuple(sorted(found))

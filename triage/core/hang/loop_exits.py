@@ -6,6 +6,11 @@ only way (mismatch.py asks before it reads a rank out of the loop as out of batc
   record, an error in its forward) left the loop with its error swallowed while the others go
   on. A crash kept from ending the process (D20; D9 second, since the end of the data leaves that
   loop too). The rank out of the loop is the odd one.
+- The ranks still in the loop wait inside a `try` of it whose `except` swallows the error and
+  goes on to the next iteration (`except Exception: log; continue`): a rank whose step raised
+  there skipped the rest of that step, its collectives with it, and ran the loop out one
+  collective ahead of the others (D19, D20 second, as a skip inside the loop reads). The rank out
+  of the loop is the odd one.
 - Every loop the busy ranks are in counts to a bound every rank shares (`for step in range(60)`)
   and has no `break` or `return`: the rank out of it ran all its iterations, so the ranks still
   inside are behind, held in a collective the others never issued. Where that collective is
@@ -21,8 +26,8 @@ import re
 from typing import NamedTuple
 
 from triage.core.hang.classify import RankState
-from triage.core.hang.paths import RANDOM_DRAW, busy_loops, conditional_only, counted, left_by_jump
-from triage.core.hang.stacks import rank_label
+from triage.core.hang.paths import RANDOM_DRAW, busy_loops, conditional_only, counted, left_by_jump, parting
+from triage.core.hang.stacks import agree, rank_label
 
 _TARGET = re.compile(r"[A-Za-z_]\w*")
 
@@ -54,6 +59,26 @@ def _raised_out(early: RankState, busy: RankState, ranks: tuple[int | None, ...]
     return None
 
 
+def _swallowed_step(early: RankState, busy: RankState, ranks: tuple[int | None, ...]) -> Exit | None:
+    parted = parting(early, busy)
+    if parted is None:
+        return None
+    e_line, _, b_line, b_ctx, _ = parted
+    loops = {b[0]: b[2] for b in b_ctx.blocks if not b[2].startswith("if ") and not b[0] <= e_line <= b[1]}
+    for first, start, end, clause in b_ctx.error_skips:
+        if first not in loops or not start < b_line <= end:
+            continue
+        why = (
+            f"the others wait inside the `try` at line {start} of `{loops[first]}` (line {first}), "
+            f"whose `{clause}:` swallows the error and goes on to the next iteration: "
+            f"{rank_label(ranks)} most likely raised in that `try` once, skipped the rest of that "
+            "step, its collectives with it, and so finished the loop one collective ahead"
+        )
+        verdict = f"{rank_label(ranks)} skipped a step's collectives through `{clause}` that goes on"
+        return Exit(("D19", "D20"), False, why, verdict)
+    return None
+
+
 def _behind(early: RankState, busy: RankState, ranks: tuple[int | None, ...]) -> Exit | None:
     loops = busy_loops(early, busy)
     if not loops or not all(counted(header) for _, _, header, _ in loops) or left_by_jump(early, busy):
@@ -74,7 +99,9 @@ def _behind(early: RankState, busy: RankState, ranks: tuple[int | None, ...]) ->
         f"through `{header}` (line {line}), a test the other rank's path does not go through: a "
         "collective only the ranks whose test held issue"
     )
-    verdict = f"{rank_label(ranks)} is in a collective only some ranks reach (`{header}`)"
+    verdict = (
+        f"{rank_label(ranks)} {agree(ranks, 'is', 'are')} in a collective only some ranks reach (`{header}`)"
+    )
     first = "D19" if drifts or RANDOM_DRAW.search(header) else "D21"
     return Exit((first, "D21" if first == "D19" else "D19"), True, why, verdict)
 
@@ -83,4 +110,8 @@ def left_otherwise(
     early: RankState, busy: RankState, early_ranks: tuple[int | None, ...], busy_ranks: tuple[int | None, ...]
 ) -> Exit | None:
     """How `early` (out of a loop `busy` is still in) left it, other than at the end of its data."""
-    return _raised_out(early, busy, early_ranks) or _behind(early, busy, busy_ranks)
+    return (
+        _raised_out(early, busy, early_ranks)
+        or _swallowed_step(early, busy, early_ranks)
+        or _behind(early, busy, busy_ranks)
+    )

@@ -44,7 +44,7 @@ from triage.core.hang.paths import (
     skipped_iteration,
     unwound,
 )
-from triage.core.hang.stacks import rank_label
+from triage.core.hang.stacks import agree, rank_label
 
 T = TypeVar("T")
 
@@ -130,7 +130,7 @@ def fewer(side: Group, groups: tuple[Group, ...]) -> tuple[int, ...]:
 
 def _waits_at(group: Group) -> str:
     where = group.state.user_frame.where() if group.state.user_frame else "?"
-    return f"{rank_label(group.ranks)} waits in {group.state.collective}() at {where}"
+    return f"{rank_label(group.ranks)} {agree(group.ranks, 'waits', 'wait')} in {group.state.collective}() at {where}"
 
 
 def _left_first(early: Group, busy: Group, block: str) -> str:
@@ -176,7 +176,7 @@ def _store_crossed(
         + " for the waiters, who reach that collective only once they have the key",
         described,
     )
-    verdict = f"{rank_label(holders)} waits in a collective before setting the store key the others wait for"
+    verdict = f"{rank_label(holders)} {agree(holders, 'waits', 'wait')} in a collective before setting the store key the others wait for"
     entries = ["D21", "D19"] if tested else ["D19", "D21"]
     return [Diagnosis(e, lines) for e in entries], ints(holders), verdict
 
@@ -189,7 +189,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
     if forming:
         ranks = tuple(r for g in forming for r in g.ranks)
         lines = (wait_in_new_group(ranks), described)
-        verdict = f"{rank_label(ranks)} wait in new_group() while other ranks are past it: {GROUPS_WHY}"
+        verdict = f"{rank_label(ranks)} {agree(ranks, 'waits', 'wait')} in new_group() while other ranks are past it: {GROUPS_WHY}"
         return [Diagnosis("D21", lines), Diagnosis("D19", lines)], ints(ranks), verdict
     # send / recv are called on some ranks only by design: a rank test around them is no bug, a
     # receive (or send) that waits while the other ranks are past it has no partner.
@@ -201,7 +201,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             "matching message, the others are past it",
             described,
         )
-        verdict = f"{rank_label(ranks)} waits in {p2p[0].state.collective}() with no matching partner"
+        verdict = f"{rank_label(ranks)} {agree(ranks, 'waits', 'wait')} in {p2p[0].state.collective}() with no matching partner"
         return [Diagnosis("D19", lines), Diagnosis("D21", lines)], ints(ranks), verdict
     stored = _store_crossed(groups, described)
     if stored is not None:
@@ -234,11 +234,11 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
         else:
             inside = f"reached through a call under `if {test}:` at {file}:{line}"
         evidence = (
-            f"{rank_label(odd.ranks)} waits in {odd.state.collective}() at {where}, {inside}, "
+            f"{rank_label(odd.ranks)} {agree(odd.ranks, 'waits', 'wait')} in {odd.state.collective}() at {where}, {inside}, "
             "a branch the other ranks do not take",
             described,
         )
-        verdict = f"{rank_label(odd.ranks)} is in a collective that only some ranks reach (`if {test}:`)"
+        verdict = f"{rank_label(odd.ranks)} {agree(odd.ranks, 'is', 'are')} in a collective that only some ranks reach (`if {test}:`)"
         return [Diagnosis("D21", evidence), Diagnosis("D19", (described,))], fewer(odd, groups), verdict
     thrown = _first_pair(groups, raised_through)
     if thrown:
@@ -283,7 +283,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                 evidence = (
                     f"{rank_label(early.ranks)} left the loop and waits in {early.state.collective}() at "
                     f"{early.state.user_frame.where() if early.state.user_frame else '?'}, while "
-                    f"{rank_label(busy.ranks)} is still inside it ({busy.state.describe()})",
+                    f"{rank_label(busy.ranks)} {agree(busy.ranks, 'is', 'are')} still inside it ({busy.state.describe()})",
                 )
                 skip = skipped_iteration(early.state, busy.state)
                 if skip and (skip[3] or not left_by_jump(early.state, busy.state)):
@@ -367,7 +367,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                 evidence = (
                     f"{rank_label(ahead.ranks)} skipped {waiting.state.collective}() at "
                     f"{waiting.state.user_frame.where() if waiting.state.user_frame else '?'}: {text}, and "
-                    f"{rank_label(waiting.ranks)} waits there",
+                    f"{rank_label(waiting.ranks)} {agree(waiting.ranks, 'waits', 'wait')} there",
                     described,
                 )
                 verdict = f"{rank_label(ahead.ranks)} skipped a collective the others wait in{why}"
@@ -395,9 +395,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             f"it, and {rank_label(other.ranks)} did not raise",
             described,
         )
-        verdict = (
-            f"{rank_label(odd.ranks)} is in a collective inside an exception handler the others did not enter"
-        )
+        verdict = f"{rank_label(odd.ranks)} {agree(odd.ranks, 'is', 'are')} in a collective inside an exception handler the others did not enter"
         return [Diagnosis("D21", evidence), Diagnosis("D19", evidence)], ints(odd.ranks), verdict
     branched = _first_pair(groups, branch_only)
     if branched:
@@ -408,7 +406,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             "loop that differs across ranks",
             described,
         )
-        verdict = f"{rank_label(odd.ranks)} is in a collective that only some ranks reach (`{header}`)"
+        verdict = f"{rank_label(odd.ranks)} {agree(odd.ranks, 'is', 'are')} in a collective that only some ranks reach (`{header}`)"
         if RANDOM_DRAW.search(header):
             evidence = (
                 f"{evidence[0]}; its test draws a random number, and each rank's generator "
@@ -431,7 +429,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             ),
             described,
         )
-        verdict = f"{rank_label(odd.ranks)} is in a collective only some ranks reach (`{header}`)"
+        verdict = f"{rank_label(odd.ranks)} {agree(odd.ranks, 'is', 'are')} in a collective only some ranks reach (`{header}`)"
         entries = ["D19", "D21"] if drifts or RANDOM_DRAW.search(header) else ["D21", "D19"]
         return [Diagnosis(e, evidence) for e in entries], fewer(odd, groups), verdict
     sizes = Counter(len(g.ranks) for g in groups)

@@ -10,7 +10,8 @@ import functools
 import re
 
 from triage.core.hang.construction import made_only_under, suppressing_with
-from triage.core.hang.iteration import error_exits, loop_ends
+from triage.core.hang.iteration import error_exits, error_skips, loop_ends
+from triage.core.hang.periods import derived_periods
 from triage.core.hang.rank_aliases import aliased_rank_test
 from triage.core.hang.rank_exits import rank_jumps
 from triage.core.hang.stacks import LineContext
@@ -372,4 +373,8 @@ def line_context(source: str, line: int) -> LineContext:
         suppressed=suppressing_with(chain),
         rank_jumps=rank_jumps(chain, source, RANK_TEST),
         error_exits=error_exits(chain[_own_function(chain) :]),
+        error_skips=error_skips(chain[_own_function(chain) :]),
+        derived_periods=derived_periods(
+            own, [n for n in chain[_own_function(chain) :] if isinstance(n, ast.If) and _in_body(n, line)]
+        ),
     )

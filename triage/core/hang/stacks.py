@@ -100,6 +100,13 @@ class LineContext:
     # The loops of the line's own function around it that a broad `except` leaves (`except
     # Exception: break`), as (the loop's first line, the clause's line, its header): iteration.py.
     error_exits: tuple[tuple[int, int, str], ...] = ()
+    # The `if`s around the line (own function) testing `step % every` where `every` is bound there
+    # from values of the rank's own (`every = EVAL_TOKENS // tokens.numel()`): periods.py.
+    derived_periods: tuple[int, ...] = ()
+    # The `try`s in the loops of the line's own function around it whose broad `except` goes on to
+    # the next iteration, as (the loop's first line, the `try` line, its body's last line, the
+    # clause's header): iteration.py.
+    error_skips: tuple[tuple[int, int, int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,9 +141,15 @@ class RankSample:
     worker_frames: tuple[Frame, ...] = ()  # that worker's own frames, innermost first
     threads: tuple[ThreadStack, ...] = ()  # the process's other Python threads
     world_asked: int | None = None  # init_process_group's world_size argument, where it waits there
+    rank_asked: int | None = None  # init_process_group's rank argument, where it waits there
     # The integer locals of its user frames ("file:line", name, value): the loop counters, read
     # where it waits in a collective, to tell ranks at the same line in different iterations.
     counters: tuple[tuple[str, str, int], ...] = ()
+
+
+def agree(ranks: tuple[int | None, ...], one: str, many: str) -> str:
+    """The verb that agrees with rank_label(ranks): `rank 2 waits`, `ranks 0, 1 wait`."""
+    return many if len([r for r in ranks if r is not None]) > 1 else one
 
 
 def rank_label(ranks: tuple[int | None, ...]) -> str:

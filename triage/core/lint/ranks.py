@@ -180,7 +180,9 @@ class RankModel(RankNames):
             # habitat's `rank0_only()`: a main-process decorator called with nothing to wrap
             # answers whether this is the main process.
             bare = not test.args and not test.keywords and main_decorator(name)
-            return "zero" if name in MAIN_NAMES or bare else None
+            # lingua's `get_is_master()`: a getter of the main-process flag.
+            getter = name.removeprefix("get_")
+            return "zero" if name in MAIN_NAMES or getter in MAIN_NAMES or bare else None
         if isinstance(test, ast.NamedExpr):
             return self.side(test.value, scope)
         if isinstance(test, ast.IfExp):  # `dist.get_rank() == 0 if dist.is_initialized() else True`
@@ -253,6 +255,19 @@ class RankModel(RankNames):
         """Whether this code runs in every rank's process (not in an mp.spawn parent)."""
         return self.processes.per_rank(node)
 
+    def single_process(self, node: ast.AST) -> bool:
+        """Code in the `else:` of `if dist.is_initialized():` / `if args.distributed:` / `if
+        world_size > 1:` (or under `if not ...:`, `if world_size == 1:`) runs only when the job is
+        one process: no other rank runs beside it."""
+        child = node
+        for outer in self.script.ancestors(node):
+            if isinstance(outer, ast.If) and (child in outer.body or child in outer.orelse):
+                mode = _distributed_mode(outer.test, self.script.text(outer.test, 120))
+                if mode is not None and (child in outer.orelse) == mode:
+                    return True
+            child = outer
+        return False
+
     def gate(self, node: ast.AST) -> Gate | None:
         """The rank gate `node` runs under in its own function (None: every rank runs it)."""
         return self.gates.gate(node)
@@ -293,3 +308,34 @@ def _distributed_check(text: str) -> bool:
     return any(
         word in lowered for word in ("is_initialized", "is_available", "distributed", "ddp", "world_size")
     )
+
+
+def _distributed_mode(test: ast.expr, text: str) -> bool | None:
+    """True for a test that holds exactly when the job is distributed (`dist.is_initialized()`,
+    `args.distributed`, `ctx.ddp_enabled`, `world_size > 1`), False for one that holds exactly when
+    it is one process (`not dist.is_initialized()`, `world_size == 1`), None for anything else."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _distributed_mode(test.operand, text.removeprefix("not ").strip())
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        modes = {_distributed_mode(v, "") for v in test.values}  # each conjunct judged alone
+        return True if modes == {True} else None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        count = const_int(test.comparators[0])
+        if "world_size" not in text.lower() or count is None:
+            return None
+        op = test.ops[0]
+        if (isinstance(op, ast.Gt | ast.NotEq) and count == 1) or (isinstance(op, ast.GtE) and count == 2):
+            return True
+        if (isinstance(op, ast.Eq | ast.LtE) and count == 1) or (isinstance(op, ast.Lt) and count == 2):
+            return False
+        return None
+    if isinstance(test, ast.Name | ast.Attribute | ast.Call):
+        words = dotted(test.func if isinstance(test, ast.Call) else test).lower()
+        if "rank" in words or "main" in words or "master" in words:
+            return None
+        if any(w in words for w in ("is_initialized", "is_available", "distributed", "ddp")):
+            return True
+        if words.endswith(".enabled") and any(w in words for w in ("dist", "ddp")):
+            return True  # `dist_context.enabled`
+    return None

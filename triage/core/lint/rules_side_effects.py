@@ -27,6 +27,7 @@ from triage.core.lint.write_targets import (
     handed_checkpoint,
     in_memory,
     mentions_rank,
+    named_writer,
     scripted,
     temporary,
 )
@@ -119,6 +120,7 @@ def _everyone(ctx: Context, call: Call) -> bool:
     return (
         (gate is None or gate.side == "nonzero")
         and ctx.ranks.per_rank(call.node)
+        and not ctx.ranks.single_process(call.node)
         and not _conditional_expression(ctx, call)
         and not _asserted_main(ctx, call)
         and not _main_or_backend(ctx, call)
@@ -266,6 +268,8 @@ def _write(ctx: Context, call: Call) -> str | None:
         return f"safetensors save_file() runs on every rank: {_SAME_FILE}"
     if handed_checkpoint(ctx, call):
         return f"{ctx.script.text(call.node.func, 40)}() is handed a checkpoint of state_dict()s on every rank: {_SAME_FILE}"
+    if named_writer(ctx, call):
+        return f"{ctx.script.text(call.node.func, 40)}() says it writes files, and runs on every rank: {_SAME_FILE}"
     if (
         tail == "save_pretrained"
         and call.kwarg("is_main_process") is None

@@ -184,3 +184,36 @@ def _state_dicts(value: ast.expr) -> bool:
         isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "state_dict"
         for v in entries
     )
+
+
+# A helper's name that says it writes files: `write_metrics_reports`, `mkdir_and_rename`,
+# `dump_results`. Words that say it saves are `handed_checkpoint`'s (framework savers every rank
+# must call); `make_exp_dirs` and the like often gate themselves (BasicSR's `@master_only`).
+_WRITE_WORDS = frozenset({"write", "rename", "dump"})
+
+
+def named_writer(ctx: Context, call: Call) -> bool:
+    """`write_metrics_reports(save_dir="./output", ...)`, `mkdir_and_rename(log_dir)`: a function
+    imported by name (not a method, not this file's) whose name says it writes or renames files,
+    handed nothing that names the rank or a temporary path."""
+    func = call.node.func
+    if not isinstance(func, ast.Name) or func.id not in ctx.script.imports:
+        return False
+    words = set(func.id.lower().split("_"))
+    if not words & _WRITE_WORDS or any(w in func.id.lower() for w in _MAIN_WORDS):
+        return False
+    if call.name.startswith(("torch.", "os.", "shutil.", "json.", "pickle.", "yaml.")):
+        return False
+    if not isinstance(ctx.script.parents.get(call.node), ast.Expr):
+        return False  # `stats = rename_stats(...)`, `with read_write(cfg):` return what they make
+    # A keyword's name says what it is (`save_dir=`, not `images=file_names`); a positional
+    # argument, its own text (`log_dir`, `"./out/report.json"`).
+    given = [(v, ctx.script.text(v, 120)) for v in call.node.args]
+    given += [(k.value, k.arg) for k in call.node.keywords if k.arg]
+    paths = [v for v, said in given if any(w in said.lower() for w in _PATH_WORDS)]
+    # The path decides who writes what; the contents (`images=` gathered from every rank) do not.
+    return bool(paths) and not any(mentions_rank(ctx, v, call) or temporary(ctx, v, call) for v in paths)
+
+
+# What a file or directory argument is called, or looks like.
+_PATH_WORDS = ("dir", "path", "file", "folder", "./", ".json", ".yaml", ".csv", ".txt")

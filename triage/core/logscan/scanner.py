@@ -91,6 +91,7 @@ class Event:
     collective: str = ""  # exceptions: the collective the rank's traceback was blocked in
     refused: bool = False  # exceptions: torch's own check refused the call (blocks.Block.refused)
     native_check: bool = False  # exceptions: a C++ value or type check refused it (native_checks.py)
+    several: bool = False  # hits: the line names the entry only when several processes show (single.py)
 
     @property
     def real(self) -> bool:
@@ -322,6 +323,7 @@ class Scanner:
                         sig.echo,
                         sig.note,
                         role=role,
+                        several=sig.several,
                     )
                 )
                 matched = matched or sig.echo or sig.weight >= SUBSTANTIVE_WEIGHT

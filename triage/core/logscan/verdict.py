@@ -45,6 +45,7 @@ from triage.core.logscan.rules import (
     warning,
 )
 from triage.core.logscan.scanner import OWN_ERROR_KINDS, Event, Scan
+from triage.core.logscan.single import hinted, one_process
 from triage.core.logscan.structure import SIGTERM_EXIT
 from triage.core.logscan.unprefixed import bare_owner
 from triage.core.model import KnowledgeBase
@@ -112,7 +113,7 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
     ordered, ordered_by = order_events(scan)
     first_seen = scan.root_cause_rank if scan.root_cause_rank is not None else scan.spawn_failed
     events = consequences(ordered, scan.root_cause_rank if scan.no_other_failures else None, first_seen)
-    events = after_restart(events, scan)
+    events = one_process(after_restart(events, scan), scan)
     own_lines: set[int | None] = {e.rank for e in events if not is_launcher(e) and e.rank is not None}
     errors = [e for e in events if substantive(e, own_lines)]
     real = errors or [e for e in events if warning(e)]
@@ -178,7 +179,7 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
     )
     if not found and fallback:
         _fall_back(verdict, scan, events, kb, weak_allowed=not refused)
-    return verdict
+    return hinted(verdict, events, scan)
 
 
 def _own_reading(
@@ -280,8 +281,6 @@ def spawn_peer(first: Event | None, scan: Scan) -> int | None:
 
 
 def _replace_rank(event: Event, rank: int) -> Event:
-    import dataclasses
-
     return dataclasses.replace(event, rank=rank)
 
 
