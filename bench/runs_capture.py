@@ -127,6 +127,12 @@ EXTRA: dict[str, str] = {
     "metrics_sqlite_every_rank.py": "cpp-info",
     "trainer_outputs_logits_attr.py": "loglevel-info",
     "loader_worker_decode_node2.py": "tee",
+    # session 12b (written before the engine was read)
+    "per_class_acc_empty_rank2.py": "detail",
+    "rank0_checksum_before_ddp.py": "loglevel-info",
+    "loss_item_per_sample.py": "tee",
+    "moe_top1_unused_experts.py": "cpp-stack",
+    "scatter_list_every_rank.py": "cpp-info",
 }
 # Variables that would make a run look launched or change torch's output (as triage.repro scrubs).
 _SCRUB = (

@@ -123,12 +123,20 @@ def _duplicated_output(heads: list[str]) -> list[Inferred]:
     counts: Counter[str] = Counter()
     for head in heads:
         under_frame: set[int | None] = set()  # ranks whose previous line was a traceback frame
+        in_error: set[int | None] = set()  # ranks whose previous line was (part of) an exception's
         for line in head.splitlines():
             split = split_prefix(line)
             body = split.body.strip()
-            # the source line a traceback prints under each frame: every rank's traceback has it
-            quoted = split.rank in under_frame
+            # the source line a traceback prints under each frame: every rank's traceback has it;
+            # so are the indented lines of a multi-line exception message (`\tMissing key(s) in
+            # state_dict: ...` under `RuntimeError: Error(s) in loading state_dict`)
+            indented = (split.body if split.rank is not None else line)[:1].isspace()
+            quoted = split.rank in under_frame or (split.rank in in_error and indented)
             under_frame.discard(split.rank)
+            if _TRACEBACK_END.match(body) or (quoted and split.rank in in_error):
+                in_error.add(split.rank)
+            else:
+                in_error.discard(split.rank)
             if body.startswith('File "') or _PY_WARNING.match(body):
                 under_frame.add(split.rank)
                 if not body.startswith('File "'):

@@ -5,7 +5,11 @@
 - a name, or an attribute of an object's type, that the code uses and that does not exist:
   `NameError: name 'cfg' is not defined`, `'Tensor' object has no attribute 'logits'`;
 - a value formatted with a spec its type has none for: `unsupported format string passed to
-  Tensor.__format__`.
+  Tensor.__format__`;
+- a tensor of the wrong number of dimensions or dtype for an op (`0D or 1D target tensor expected,
+  multi-target not supported`, `expected scalar type Float but found Double`): the code builds
+  every rank's tensors the same way, where a size (`mat1 and mat2 shapes cannot be multiplied`)
+  may come from one rank's data and is left out.
 
 Every rank runs the same code, so every rank fails the same way at the same line: as with a call
 torch's own check refused (blocks.Block.refused), the rank that printed it first did not diverge
@@ -29,6 +33,12 @@ _STATIC = {
     ),
     "NameError": re.compile(r"name '\w+' is not defined"),
     "AttributeError": re.compile(r"^'(?!NoneType')\w+' object has no attribute '\w+'"),
+    "RuntimeError": re.compile(
+        r"^\d+D(?: or \d+D)? (?:input|target)(?: tensor)? expected"
+        r"|^[Ee]xpected (?:\d+D|\d+-dimensional) (?:input|target|tensor)"
+        r"|^expected scalar type \w+ but found \w+"
+        r"|^[Ff]ound dtype \w+ but expected \w+"
+    ),
 }
 
 
