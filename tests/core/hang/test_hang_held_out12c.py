@@ -15,6 +15,7 @@ from tests.core.hang.test_hang_unseen_stacks import _job, _rank, _says
 from triage.core.hang.analyse import analyse
 from triage.core.hang.loop_exits import empty_batch_test
 from triage.core.hang.p2p import crossed_peers
+from triage.core.hang.stacks import RankSample
 
 
 def test_a_step_skipped_on_an_empty_batch_is_a_shard_out_of_data() -> None:
@@ -69,7 +70,7 @@ def test_a_counted_retry_loop_around_the_same_call_is_still_a_retry(
     assert picture.suspect_ranks == (0,) and "retry loop" in picture.verdict, _says(picture)
 
 
-def _with_peers(job: str, world: int) -> list:
+def _with_peers(job: str, world: int) -> list[RankSample]:
     samples = []
     for r in range(world):
         text = (unseen.DUMPS / f"{job}_rank{r}.json").read_text(encoding="utf-8")

@@ -121,11 +121,11 @@ def _went_round_below(groups: tuple[Group, ...]) -> Reading | None:
     for ahead in groups:
         for waiting in groups:
             parted = parting(ahead.state, waiting.state) if ahead is not waiting else None
-            if parted is None or parted[3].loop is None:
+            if parted is None:
                 continue
             a_line, _, w_line, w_ctx, depth = parted
             loop = w_ctx.loop
-            if not loop[0] < a_line < w_line <= loop[1]:
+            if loop is None or not loop[0] < a_line < w_line <= loop[1]:
                 continue
             for frame, ctx in list(reversed(waiting.state.path))[depth + 1 :]:
                 if (
