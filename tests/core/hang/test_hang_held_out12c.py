@@ -110,6 +110,7 @@ def test_the_batch_read_as_before() -> None:
         "w_d21_accel_wait_inside_main": ("D21", (0,), "torchrun"),
         "w_d21_gather_for_metrics_nonempty": ("D21", (2,), "script"),
         "w_d20_monitored_barrier_after_crash": ("D20", (2,), "python"),
+        "w_d21_pred_count_early_return": ("D21", (3,), "torchrun"),
     }
     for job, (entry, odd, launcher) in expected.items():
         picture = _job(job, launcher)
