@@ -111,6 +111,7 @@ def test_the_batch_read_as_before() -> None:
         "w_d21_gather_for_metrics_nonempty": ("D21", (2,), "script"),
         "w_d20_monitored_barrier_after_crash": ("D20", (2,), "python"),
         "w_d21_pred_count_early_return": ("D21", (3,), "torchrun"),
+        "w_mn3_sqlite_tracker_locked": ("MN3", (1,), "python"),
     }
     for job, (entry, odd, launcher) in expected.items():
         picture = _job(job, launcher)
