@@ -88,6 +88,7 @@ def read_rank(
         world_asked=dump.world_asked,
         counters=dump.counters,
         rank_asked=dump.rank_asked,
+        p2p=dump.p2p,
     )
 
 

@@ -37,6 +37,7 @@ class Dump:
     world_asked: int | None = None
     counters: tuple[tuple[str, str, int], ...] = ()  # the user frames' integer locals, where read
     rank_asked: int | None = None  # init_process_group's rank argument, read as world_asked is
+    p2p: tuple[str, int] | None = None  # ("recv", src) / ("send", dst): the peer it waits on there
 
 
 OVERRIDE_VAR = "TRIAGE_PY_SPY"  # a py-spy to use instead of the one beside python or on PATH
@@ -175,6 +176,7 @@ def parse_dump(text: str, pid: int, rank_of: bool = False) -> Dump:
     world = world_argument(raw_frames) if rank_of and isinstance(raw_frames, list) else None
     asked = init_argument(raw_frames, "rank") if rank_of and isinstance(raw_frames, list) else None
     counters = counters_of(raw_frames) if rank_of and isinstance(raw_frames, list) else ()
+    p2p = p2p_argument(raw_frames) if rank_of and isinstance(raw_frames, list) else None
     others = tuple(
         ThreadStack(
             str(t.get("thread_name") or t.get("os_thread_id") or "?"), _frames(t), bool(t.get("active"))
@@ -182,7 +184,27 @@ def parse_dump(text: str, pid: int, rank_of: bool = False) -> Dump:
         for t in threads
         if isinstance(t, dict) and t is not main
     )
-    return Dump(_frames(main), bool(main.get("active")), rank, others[:MAX_THREADS], world, counters, asked)
+    return Dump(
+        _frames(main), bool(main.get("active")), rank, others[:MAX_THREADS], world, counters, asked, p2p
+    )
+
+
+_P2P = {"send": "dst", "recv": "src"}
+
+
+def p2p_argument(frames: list[object]) -> tuple[str, int] | None:
+    """Where a rank waits in torch.distributed's blocking `send` / `recv`, the peer it named:
+    ("send", dst) or ("recv", src); None elsewhere or where the peer is not an integer."""
+    for frame in frames:
+        name = frame.get("name") if isinstance(frame, dict) else None
+        if (
+            name in _P2P
+            and isinstance(frame, dict)
+            and "torch/distributed/" in str(frame.get("filename", ""))
+        ):
+            peer = _argument(frame, (_P2P[str(name)],))
+            return (str(name), peer) if peer is not None else None
+    return None
 
 
 def _in_init(frame: object) -> bool:
@@ -229,7 +251,7 @@ def sample(pid: int, timeout_s: float, gap_s: float = 0.3, rank_of: bool = False
     except StackUnreadable:
         return first, False
     moved = second.frames != first.frames or second.active
-    world, counters, asked = first.world_asked, first.counters, first.rank_asked
+    world, counters, asked, p2p = first.world_asked, first.counters, first.rank_asked, first.p2p
     if world is None and not counters and not moved and _in_torch(second.frames):
         # waiting while the group forms, how many ranks did it ask for? waiting in a collective (a
         # torch.distributed call, DDP's in backward()), in which iteration of its loops? (its
@@ -237,4 +259,8 @@ def sample(pid: int, timeout_s: float, gap_s: float = 0.3, rank_of: bool = False
         with contextlib.suppress(StackUnreadable):
             with_locals = dump(pid, timeout_s, rank_of=True)
             world, counters, asked = with_locals.world_asked, with_locals.counters, with_locals.rank_asked
-    return replace(second, rank=first.rank, world_asked=world, counters=counters, rank_asked=asked), moved
+            p2p = with_locals.p2p
+    return (
+        replace(second, rank=first.rank, world_asked=world, counters=counters, rank_asked=asked, p2p=p2p),
+        moved,
+    )

@@ -8,6 +8,10 @@ them on different paths.
 - A rank waiting earlier in a loop whose later `try` (swallowing) or `with contextlib.suppress(...)`
   holds the others' collective: it raised inside that block, the error was swallowed, and it went
   round to the next iteration one collective short (D19, D20 second). That rank is the odd one.
+- The same, the swallowing `try` in a function called further down that loop (a callback runner
+  that logs a callback's error and goes on: `for cb in callbacks: try: cb.on_epoch_end() except
+  Exception: log`): the rank waiting earlier in the loop raised in that `try` before the
+  collective the others wait in under it, and went round (D19, D20 second).
 - A custom autograd Function applied only under an `if` (`k = GatherKeys.apply(k)` for long
   batches) runs its `backward`, collective and all, only on the ranks whose forward applied it
   (D21, D19 second). Those ranks are the odd ones.
@@ -33,6 +37,7 @@ from triage.core.hang.paths import (
     left_early,
     parting,
     past_loop,
+    retry_shaped,
 )
 from triage.core.hang.stacks import agree, rank_label
 
@@ -112,6 +117,41 @@ def _went_round(groups: tuple[Group, ...]) -> Reading | None:
     return None
 
 
+def _went_round_below(groups: tuple[Group, ...]) -> Reading | None:
+    for ahead in groups:
+        for waiting in groups:
+            parted = parting(ahead.state, waiting.state) if ahead is not waiting else None
+            if parted is None:
+                continue
+            a_line, _, w_line, w_ctx, depth = parted
+            loop = w_ctx.loop
+            if loop is None or not loop[0] < a_line < w_line <= loop[1]:
+                continue
+            for frame, ctx in list(reversed(waiting.state.path))[depth + 1 :]:
+                if (
+                    ctx is None
+                    or ctx.swallowed is None
+                    or not ctx.swallowed[0] < frame.line < ctx.swallowed[1]
+                ):
+                    continue
+                if retry_shaped(ctx):
+                    break  # an attempt run again on one rank: mismatch.py's retry loop
+                start, handler, _ = ctx.swallowed
+                evidence = (
+                    f"{rank_label(ahead.ranks)} {agree(ahead.ranks, 'waits', 'wait')} in {ahead.state.collective}() at line "
+                    f"{a_line}, earlier in the loop (line {loop[0]}) than the call at line {w_line} under which "
+                    f"{rank_label(waiting.ranks)} {agree(waiting.ranks, 'waits', 'wait')} in {waiting.state.collective}(), "
+                    f"reached through the `try` at line {start} of `{frame.function}` whose `except` (line "
+                    f"{handler}) swallows the error and goes on: {rank_label(ahead.ranks)} raised in that "
+                    "`try` before the collective, its error logged or swallowed, and went round to the "
+                    "next iteration without it",
+                    describe_groups(groups),
+                )
+                verdict = f"{rank_label(ahead.ranks)} skipped a collective through an error swallowed in `{frame.function}`"
+                return [Diagnosis("D19", evidence), Diagnosis("D20", evidence)], fewer(ahead, groups), verdict
+    return None
+
+
 def _applied_only(groups: tuple[Group, ...]) -> Reading | None:
     for odd in groups:
         frame_ctx = next(
@@ -179,4 +219,10 @@ def errors_apart(groups: tuple[Group, ...]) -> Reading | None:
     collective says more (mismatch.py reads that one)."""
     if rank_branch(groups) is not None:
         return None
-    return _recovered(groups) or _went_round(groups) or _applied_only(groups) or _own_period(groups)
+    return (
+        _recovered(groups)
+        or _went_round(groups)
+        or _went_round_below(groups)
+        or _applied_only(groups)
+        or _own_period(groups)
+    )

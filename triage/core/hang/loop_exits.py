@@ -18,6 +18,10 @@ only way (mismatch.py asks before it reads a rank out of the loop as out of batc
   a graph break on one rank; not a test of the loop's counter, which every rank passes at the
   same iteration), it is a collective only some ranks reach (D21; D19 first where the
   test reads a random draw or a running count of the rank's own). The busy ranks are the odd ones.
+
+A step skipped under a test of the batch being empty (`if len(x) == 0: continue`, `numel() == 0`)
+is no decision of the rank's own: its shard ran out before the others' (the last batch of an
+uneven split), so it ran fewer batches than they did (D9 first, D19 second): empty_batch_test.
 """
 
 from __future__ import annotations
@@ -30,6 +34,30 @@ from triage.core.hang.paths import RANDOM_DRAW, busy_loops, conditional_only, co
 from triage.core.hang.stacks import agree, rank_label
 
 _TARGET = re.compile(r"[A-Za-z_]\w*")
+_EMPTY = re.compile(
+    r"^not\s+len\(|\blen\([^()]*\)\s*(==\s*0|<\s*1)\b|\.numel\(\)\s*==\s*0\b"
+    r"|\.(shape\[0\]|size\(0?\))\s*==\s*0\b"
+)
+
+
+def empty_batch_test(test: str) -> bool:
+    """Whether an `if` test asks whether the rank's batch is empty (`len(x) == 0`, `not len(b)`,
+    `x.numel() == 0`, `x.shape[0] == 0`): a step skipped there is a shard out of data (D9)."""
+    return _EMPTY.search(test.strip()) is not None
+
+
+def skip_entries(test: str, non_finite: bool) -> list[str]:
+    """The entries, best first, of a step skipped under `if <test>: continue`."""
+    return ["D20", "D19"] if non_finite else ["D9", "D19"] if empty_batch_test(test) else ["D19", "D9"]
+
+
+def skip_why(test: str, non_finite: bool) -> str:
+    """Why the step was skipped, said after the skip itself."""
+    if non_finite:
+        return ": its values went NaN or inf"
+    if empty_batch_test(test):
+        return ": its batch was empty, its share of the data ran out before the others' (fewer batches)"
+    return ": a decision of its own"
 
 
 class Exit(NamedTuple):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from triage.core.hang.classify import RankState
-from triage.core.hang.loop_exits import left_otherwise
+from triage.core.hang.loop_exits import left_otherwise, skip_entries, skip_why
 from triage.core.hang.paired_branches import paired_branches
 from triage.core.hang.paths import (
     RANDOM_DRAW,
@@ -291,13 +291,12 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                     evidence = (
                         f"{evidence[0]}; the `{word}` at line {line} under `if {test}:` skipped the rest "
                         f"of an iteration of `{header}` on {rank_label(early.ranks)}, its collectives "
-                        "with it, so it ran ahead of the others"
-                        + (": its values went NaN or inf" if non_finite else ": a decision of its own"),
+                        "with it, so it ran ahead of the others" + skip_why(test, non_finite),
                     )
                     verdict = (
                         f"{rank_label(early.ranks)} skipped a step (`if {test}: {word}`) the others took"
                     )
-                    entries = ["D20", "D19"] if non_finite else ["D19", "D9"]
+                    entries = skip_entries(test, non_finite)
                     return [Diagnosis(e, evidence) for e in entries], ints(early.ranks), verdict
                 way = left_otherwise(early.state, busy.state, early.ranks, busy.ranks)
                 if way is not None:

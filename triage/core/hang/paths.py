@@ -58,6 +58,8 @@ def _trains(state: RankState) -> bool:
 # times on every rank: a rank out of it early took one of its jumps, a decision of its own (early
 # stopping on a rank-local metric), not an end of data.
 _COUNTED = re.compile(r"^for .+ in range\((?P<bound>.*)\)$")
+# A loop that can run the same attempt again: a `while` or a count of tries.
+_ATTEMPTS = re.compile(r"^(while\b|for .+ in (range|itertools\.count|count)\()")
 _FROM_DATA = re.compile(r"len\(|load|batch|data|\bdl\b|sampler|shard|sample|record|example|token", re.I)
 
 
@@ -270,6 +272,14 @@ def branch_only(a: RankState, b: RankState) -> tuple[int, str] | None:
     return (mine[-1][0], mine[-1][2]) if mine and not theirs else None
 
 
+def retry_shaped(ctx: LineContext) -> bool:
+    """Whether the swallowing `try` around a line sits in a loop that can run the same attempt
+    again (a `while`, a count of tries), not in one over items that runs each once."""
+    if ctx.swallowed is None or ctx.loop is None or not ctx.loop[0] < ctx.swallowed[0] <= ctx.loop[1]:
+        return False
+    return bool(_ATTEMPTS.match(next((b[2] for b in ctx.blocks if (b[0], b[1]) == ctx.loop), "")))
+
+
 def retried(odd: RankState, other: RankState) -> tuple[int, int, str] | None:
     """A retry loop on `odd`'s path that `other`'s does not run: a user frame (not on `other`'s
     stack at that line) inside a `try` within a loop, whose `except` swallows the error and lets
@@ -285,6 +295,8 @@ def retried(odd: RankState, other: RankState) -> tuple[int, int, str] | None:
         first, last = ctx.loop
         if not first < start <= last or any(handler <= line <= end for line, _ in ctx.jumps):
             continue
+        if not retry_shaped(ctx):
+            continue  # a loop over items (`for cb in callbacks`) runs each once: no attempt again
         header = next((b[2] for b in ctx.blocks if (b[0], b[1]) == ctx.loop), "")
         return start, handler, header
     return None

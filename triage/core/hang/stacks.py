@@ -142,6 +142,7 @@ class RankSample:
     threads: tuple[ThreadStack, ...] = ()  # the process's other Python threads
     world_asked: int | None = None  # init_process_group's world_size argument, where it waits there
     rank_asked: int | None = None  # init_process_group's rank argument, where it waits there
+    p2p: tuple[str, int] | None = None  # ("recv", src) / ("send", dst) where it waits in send / recv
     # The integer locals of its user frames ("file:line", name, value): the loop counters, read
     # where it waits in a collective, to tell ranks at the same line in different iterations.
     counters: tuple[tuple[str, str, int], ...] = ()
