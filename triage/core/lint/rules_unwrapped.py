@@ -89,14 +89,14 @@ def _excused(ctx: Context, call: ast.Call) -> bool:
     """Forward calls that need no synchronised gradient: evaluation, sampling, one process."""
     script = ctx.script
     for outer in script.ancestors(call):
-        if isinstance(outer, ast.With | ast.AsyncWith):
-            if any(_no_grad(ctx, item.context_expr) for item in outer.items):
-                return True
-        if isinstance(outer, ast.FunctionDef | ast.AsyncFunctionDef):
-            if _NOT_TRAINING.search(outer.name.lower()) or any(
-                _no_grad(ctx, d) for d in outer.decorator_list
-            ):
-                return True
+        if isinstance(outer, ast.With | ast.AsyncWith) and any(
+            _no_grad(ctx, i.context_expr) for i in outer.items
+        ):
+            return True
+        if isinstance(outer, ast.FunctionDef | ast.AsyncFunctionDef) and (
+            _NOT_TRAINING.search(outer.name.lower()) or any(_no_grad(ctx, d) for d in outer.decorator_list)
+        ):
+            return True
     return ctx.ranks.effective_gate(call) is not None or ctx.ranks.single_process(call)
 
 
