@@ -73,7 +73,8 @@ def _inner(expr: ast.expr) -> str:
 def _used(ctx: Context, name: str, scope: Scope, binding: ast.AST) -> bool:
     """Whether the wrapper's name is read other than as `name.attr` (`W.module`, `W.state_dict()`)."""
     script = ctx.script
-    for node in [*script.of_type(ast.Name), *script.of_type(ast.Attribute)]:
+    nodes: list[ast.Name | ast.Attribute] = [*script.of_type(ast.Name), *script.of_type(ast.Attribute)]
+    for node in nodes:
         if node is binding or dotted(node) != name or not isinstance(node.ctx, ast.Load):
             continue
         if isinstance(node, ast.Name) and script.scope_of(node) is not scope:
