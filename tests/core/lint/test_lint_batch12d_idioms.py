@@ -144,3 +144,56 @@ def test_module_helpers_and_attribute_wraps() -> None:
         .replace("self.model.module", "self.ddp.module")
     )
     assert codes(unused) == ["TRG056"]
+
+
+# jingyaogong/minimind before #854 (Apache-2.0), trainer/train_grpo.py: the model is rebound to its DDP
+# wrapper, but the policy's loss-bearing forward runs through `.module`.
+GRPO = """
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    def grpo_train_epoch(epoch, loader, optimizer, ref_model, autocast_ctx):
+        for step, batch in enumerate(loader):
+            outputs, full_mask = batch
+            model_unwrapped = model.module if isinstance(model, DistributedDataParallel) else model
+            with autocast_ctx:
+                res = model_unwrapped(outputs, attention_mask=full_mask)
+            with torch.no_grad():
+                ref = ref_model(outputs, attention_mask=full_mask)
+            loss = (res.logits - ref.logits).mean()
+            loss.backward()
+            optimizer.step()
+            if step % 100 == 0:
+                raw_model = model.module if isinstance(model, DistributedDataParallel) else model
+                torch.save(raw_model.state_dict(), "ckpt.pth")
+
+    if __name__ == "__main__":
+        model = DistributedDataParallel(model, device_ids=[local_rank])
+        grpo_train_epoch(0, loader, optimizer, ref_model, autocast_ctx)
+"""
+
+
+def test_the_forward_through_module_and_its_fix() -> None:
+    assert codes(GRPO) == ["TRG056"]
+    assert codes(GRPO.replace("res = model_unwrapped(outputs", "res = model(outputs")) == []
+    direct = GRPO.replace("res = model_unwrapped(outputs", "res = model.module(outputs")
+    assert codes(direct) == ["TRG056"]
+    assert codes(GRPO.replace("res = model_unwrapped(outputs", "res = model.module.forward(outputs")) == [
+        "TRG056"
+    ]
+
+
+def test_module_near_misses() -> None:
+    # a method of the inner module, not its forward (the brief's `model.module.x` helpers)
+    assert codes(GRPO.replace("res = model_unwrapped(outputs", "res = model.module.score(outputs")) == []
+    # the unwrapped module for generation under no_grad, training through the wrapper
+    rollout = GRPO.replace(
+        "            with autocast_ctx:\n                res = model_unwrapped(outputs, attention_mask=full_mask)",
+        "            with torch.no_grad():\n                gen = model_unwrapped.generate(outputs)\n"
+        "                old = model_unwrapped(outputs)\n            res = model(outputs)",
+    )
+    assert codes(rollout) == []
+    # no backward in the function: evaluation
+    assert codes(GRPO.replace("            loss.backward()\n", "")) == []
+    # `.module` of something no wrapper bound (a Lightning or a plain attribute)
+    assert codes(GRPO.replace("model = DistributedDataParallel(model", "model = Wrapper(model")) == []

@@ -1,7 +1,9 @@
 """A data-parallel wrapper built but not trained through: E12 (gradients silently rank-local).
 
-TRG056: `ddp = DDP(model)` (or FSDP) under a new name, the wrapper never used, and a training
-function (one that calls `backward`) running the forward through the unwrapped `model(...)`.
+TRG056: a training function (one that calls `backward`) runs the forward through the module a
+DDP/FSDP wrapper holds: `ddp = DDP(model)` under a new name, the wrapper never used, and `model(...)`;
+or `model.module(...)` of a wrapper, directly or through a name bound to it in the function
+(`unwrapped = model.module if isinstance(model, DDP) else model`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ TRG056 = Rule(
         "`W = DDP(model, ...)` or `W = FSDP(model, ...)` (also `self.model_ddp = DDP(self.model)`) where"
         " `W` is never used except for attribute access (`W.module`, `W.state_dict()`), while a function"
         " that calls `backward` runs the forward as `model(...)` after the wrap. Not reported: rebinding"
-        " (`model = DDP(model)`), calls under `torch.no_grad()`/`inference_mode`, calls under a rank gate"
+        " (`model = DDP(model)`). Also `W.module(...)` of a wrapper `W`, directly or through a name the"
+        " function binds to it (`unwrapped = W.module if ... else W`), in such a function; not"
+        " `W.module.encode(...)` or other methods. Not reported: calls under `torch.no_grad()`/`inference_mode`, calls under a rank gate"
         " or in the single-process branch, and functions named for evaluation or sampling."
     ),
     why=(
@@ -160,6 +164,55 @@ def _check(ctx: Context) -> Iterator[Finding]:
                 break
 
 
+def _inner_of_wrapper(ctx: Context, expr: ast.AST, scope: Scope) -> str:
+    """`model` for `model.module` when a DDP/FSDP wrapper bound `model` ("" otherwise)."""
+    if isinstance(expr, ast.IfExp):  # `model.module if isinstance(model, DDP) else model`
+        return _inner_of_wrapper(ctx, expr.body, scope) or _inner_of_wrapper(ctx, expr.orelse, scope)
+    if (
+        isinstance(expr, ast.Attribute)
+        and expr.attr == "module"
+        and ctx.wrappers.kind(expr.value, scope) in ("ddp", "fsdp")
+    ):
+        return dotted(expr.value)
+    return ""
+
+
+def _check_module_forward(ctx: Context) -> Iterator[Finding]:
+    script = ctx.script
+    aliases: dict[tuple[int, str], str] = {}  # (scope, name) -> the wrapper whose .module it holds
+    for node in script.of_type(ast.Assign):
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            scope = script.scope_of(node)
+            wrapper = _inner_of_wrapper(ctx, node.value, scope)
+            if wrapper:
+                aliases[(id(scope), node.targets[0].id)] = wrapper
+    reported: set[int] = set()
+    for call in ctx.script.call_list:
+        func = call.node.func
+        if isinstance(func, ast.Attribute) and func.attr == "forward":
+            func = func.value
+        wrapper = _inner_of_wrapper(ctx, func, call.scope)
+        if not wrapper and isinstance(func, ast.Name):
+            wrapper = aliases.get((id(call.scope), func.id), "")
+        if (
+            not wrapper
+            or id(call.scope) in reported
+            or _excused(ctx, call.node)
+            or not _trains(ctx, call.scope)
+        ):
+            continue
+        reported.add(id(call.scope))
+        yield ctx.finding(
+            TRG056,
+            call.node,
+            f"this training forward calls `{script.text(call.node, 40)}`, the module inside the"
+            f" `{wrapper}` wrapper, not the wrapper: DDP's gradient hooks are armed by its own forward,"
+            f" so no gradient is synchronised and each rank trains its own copy; call `{wrapper}(...)`"
+            " ([verify]: gradients become averaged across ranks, the run trains differently)",
+        )
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     """Every finding of this module's rules on one script."""
     yield from _check(ctx)
+    yield from _check_module_forward(ctx)
