@@ -22,6 +22,7 @@ from triage.core.lint import (
     rules_placement,
     rules_sharding,
     rules_side_effects,
+    rules_unwrapped,
 )
 from triage.core.lint.context import Context
 from triage.core.lint.model import Finding, Rule
@@ -40,6 +41,7 @@ FAMILIES: tuple[ModuleType, ...] = (
     rules_side_effects,
     rules_launch,
     rules_accumulation,
+    rules_unwrapped,
 )
 
 
