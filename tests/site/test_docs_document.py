@@ -95,7 +95,9 @@ def test_every_entry_has_the_fixed_skeleton(real_kb: KnowledgeBase) -> None:
 def test_no_links_mode_has_only_external_references(real_kb: KnowledgeBase) -> None:
     for entry in real_kb.entries.values():
         page = entry_markdown(entry, real_kb, NO_LINKS)
-        targets = re.findall(r"\]\(([^)\s]+)\)", page)
+        # code is no link: a signature's regex may hold `[-_](?:a|b)` inside its code span
+        prose = re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", page, flags=re.S))
+        targets = re.findall(r"\]\(([^)\s]+)\)", prose)
         assert all(t.startswith(("http://", "https://")) for t in targets), (entry.id, targets)
 
 
