@@ -26,11 +26,13 @@ them on different paths.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from triage.core.hang.classify import RankState
 from triage.core.hang.mismatch import Diagnosis, Group, describe_groups, fewer, ints, rank_branch
 from triage.core.hang.paths import (
     NON_FINITE,
+    Parted,
     branch_only,
     conditional_only,
     in_handler,
@@ -92,63 +94,60 @@ def _recovered(groups: tuple[Group, ...]) -> Reading | None:
     return None
 
 
-def _went_round(groups: tuple[Group, ...]) -> Reading | None:
+def _parted_pairs(groups: tuple[Group, ...]) -> Iterator[tuple[Group, Group, Parted]]:
+    """Every ordered pair of groups whose stacks part inside one function, with where they part."""
     for ahead in groups:
         for waiting in groups:
             parted = parting(ahead.state, waiting.state) if ahead is not waiting else None
-            if parted is None:
-                continue
-            a_line, a_ctx, w_line, w_ctx, _ = parted
-            block = w_ctx.suppressed or (w_ctx.swallowed and (w_ctx.swallowed[0], w_ctx.swallowed[2]))
-            loop = w_ctx.loop
-            if not block or loop is None or a_ctx.loop != loop or not loop[0] < a_line < block[0] <= w_line:
-                continue
-            kind = "`with suppress(...)`" if w_ctx.suppressed else "`try` whose `except` swallows"
-            evidence = (
-                f"{rank_label(ahead.ranks)} {agree(ahead.ranks, 'waits', 'wait')} in {ahead.state.collective}() at line {a_line}, earlier in "
-                f"the loop (line {loop[0]}) than the {kind} at line {block[0]} where "
-                f"{rank_label(waiting.ranks)} {agree(waiting.ranks, 'waits', 'wait')} in "
-                f"{waiting.state.collective}(): it raised inside that block, the error was swallowed "
-                "unseen, and it went round to the next iteration without the collective",
-                describe_groups(groups),
-            )
-            verdict = f"{rank_label(ahead.ranks)} skipped a collective through a swallowed exception"
-            return [Diagnosis("D19", evidence), Diagnosis("D20", evidence)], fewer(ahead, groups), verdict
+            if parted is not None:
+                yield ahead, waiting, parted
+
+
+def _went_round(groups: tuple[Group, ...]) -> Reading | None:
+    for ahead, waiting, parted in _parted_pairs(groups):
+        a_line, a_ctx, w_line, w_ctx, _ = parted
+        block = w_ctx.suppressed or (w_ctx.swallowed and (w_ctx.swallowed[0], w_ctx.swallowed[2]))
+        loop = w_ctx.loop
+        if not block or loop is None or a_ctx.loop != loop or not loop[0] < a_line < block[0] <= w_line:
+            continue
+        kind = "`with suppress(...)`" if w_ctx.suppressed else "`try` whose `except` swallows"
+        evidence = (
+            f"{rank_label(ahead.ranks)} {agree(ahead.ranks, 'waits', 'wait')} in {ahead.state.collective}() at line {a_line}, earlier in "
+            f"the loop (line {loop[0]}) than the {kind} at line {block[0]} where "
+            f"{rank_label(waiting.ranks)} {agree(waiting.ranks, 'waits', 'wait')} in "
+            f"{waiting.state.collective}(): it raised inside that block, the error was swallowed "
+            "unseen, and it went round to the next iteration without the collective",
+            describe_groups(groups),
+        )
+        verdict = f"{rank_label(ahead.ranks)} skipped a collective through a swallowed exception"
+        return [Diagnosis("D19", evidence), Diagnosis("D20", evidence)], fewer(ahead, groups), verdict
     return None
 
 
 def _went_round_below(groups: tuple[Group, ...]) -> Reading | None:
-    for ahead in groups:
-        for waiting in groups:
-            parted = parting(ahead.state, waiting.state) if ahead is not waiting else None
-            if parted is None:
+    for ahead, waiting, parted in _parted_pairs(groups):
+        a_line, _, w_line, w_ctx, depth = parted
+        loop = w_ctx.loop
+        if loop is None or not loop[0] < a_line < w_line <= loop[1]:
+            continue
+        for frame, ctx in list(reversed(waiting.state.path))[depth + 1 :]:
+            if ctx is None or ctx.swallowed is None or not ctx.swallowed[0] < frame.line < ctx.swallowed[1]:
                 continue
-            a_line, _, w_line, w_ctx, depth = parted
-            loop = w_ctx.loop
-            if loop is None or not loop[0] < a_line < w_line <= loop[1]:
-                continue
-            for frame, ctx in list(reversed(waiting.state.path))[depth + 1 :]:
-                if (
-                    ctx is None
-                    or ctx.swallowed is None
-                    or not ctx.swallowed[0] < frame.line < ctx.swallowed[1]
-                ):
-                    continue
-                if retry_shaped(ctx):
-                    break  # an attempt run again on one rank: mismatch.py's retry loop
-                start, handler, _ = ctx.swallowed
-                evidence = (
-                    f"{rank_label(ahead.ranks)} {agree(ahead.ranks, 'waits', 'wait')} in {ahead.state.collective}() at line "
-                    f"{a_line}, earlier in the loop (line {loop[0]}) than the call at line {w_line} under which "
-                    f"{rank_label(waiting.ranks)} {agree(waiting.ranks, 'waits', 'wait')} in {waiting.state.collective}(), "
-                    f"reached through the `try` at line {start} of `{frame.function}` whose `except` (line "
-                    f"{handler}) swallows the error and goes on: {rank_label(ahead.ranks)} raised in that "
-                    "`try` before the collective, its error logged or swallowed, and went round to the "
-                    "next iteration without it",
-                    describe_groups(groups),
-                )
-                verdict = f"{rank_label(ahead.ranks)} skipped a collective through an error swallowed in `{frame.function}`"
-                return [Diagnosis("D19", evidence), Diagnosis("D20", evidence)], fewer(ahead, groups), verdict
+            if retry_shaped(ctx):
+                break  # an attempt run again on one rank: mismatch.py's retry loop
+            start, handler, _ = ctx.swallowed
+            evidence = (
+                f"{rank_label(ahead.ranks)} {agree(ahead.ranks, 'waits', 'wait')} in {ahead.state.collective}() at line "
+                f"{a_line}, earlier in the loop (line {loop[0]}) than the call at line {w_line} under which "
+                f"{rank_label(waiting.ranks)} {agree(waiting.ranks, 'waits', 'wait')} in {waiting.state.collective}(), "
+                f"reached through the `try` at line {start} of `{frame.function}` whose `except` (line "
+                f"{handler}) swallows the error and goes on: {rank_label(ahead.ranks)} raised in that "
+                "`try` before the collective, its error logged or swallowed, and went round to the "
+                "next iteration without it",
+                describe_groups(groups),
+            )
+            verdict = f"{rank_label(ahead.ranks)} skipped a collective through an error swallowed in `{frame.function}`"
+            return [Diagnosis("D19", evidence), Diagnosis("D20", evidence)], fewer(ahead, groups), verdict
     return None
 
 

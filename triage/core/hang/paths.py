@@ -225,7 +225,10 @@ def _outermost_first(state: RankState) -> list[tuple[Frame, LineContext]]:
     return [(f, c or LineContext()) for f, c in reversed(state.path)]
 
 
-def parting(a: RankState, b: RankState) -> tuple[int, LineContext, int, LineContext, int] | None:
+Parted = tuple[int, LineContext, int, LineContext, int]  # parting()'s answer
+
+
+def parting(a: RankState, b: RankState) -> Parted | None:
     """Where two ranks' paths part: the deepest user function both stacks run, at different lines,
     as (a's line, its context, b's line, its context, the index of that frame outermost first)."""
     pa, pb = _outermost_first(a), _outermost_first(b)
