@@ -5,7 +5,7 @@ clock, so its budget ends later than the others'.
 
 Hang class: a rank-local decision to leave the training loop (the ranks read their own clocks).
 Label: D19
-Odd ranks: 1, 2
+Odd ranks: 1 2
 Launch: python 3
 Held out: session 12d
 
