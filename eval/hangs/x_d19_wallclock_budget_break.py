@@ -5,12 +5,13 @@ clock, so its budget ends later than the others'.
 
 Hang class: a rank-local decision to leave the training loop (the ranks read their own clocks).
 Label: D19
-Odd ranks: 1 2
-Launch: python 3
+Odd ranks: 1
+Launch: python 2
 Held out: session 12d
 
-Ranks 1 and 2 pass the budget first, break out and wait in the barrier before the final save;
-rank 0 waits in the gradient all_reduce of its next step.
+Rank 1 passes the budget first, breaks out and waits in the barrier before the final save;
+rank 0 waits in the gradient all_reduce of its next step. (First written for 3 ranks: ranks 1
+and 2 read their clocks a step apart, so which of them broke first was left to timing.)
 """
 
 import os
