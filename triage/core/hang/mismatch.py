@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from triage.core.hang.classify import RankState
 from triage.core.hang.loop_exits import left_otherwise, skip_entries, skip_why
+from triage.core.hang.outer_exits import broke_out, relayed, relayed_why
 from triage.core.hang.paired_branches import paired_branches
 from triage.core.hang.paths import (
     RANDOM_DRAW,
@@ -278,7 +279,9 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
     for early in groups:
         for busy in groups:
             if early is not busy and (
-                past_loop(early.state, busy.state) or left_early(early.state, busy.state)
+                past_loop(early.state, busy.state)
+                or left_early(early.state, busy.state)
+                or broke_out(early.state, busy.state)
             ):
                 evidence = (
                     f"{rank_label(early.ranks)} left the loop and waits in {early.state.collective}() at "
@@ -305,13 +308,13 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
                         fewer(busy, groups) if way.busy_odd else ints(early.ranks),
                         way.verdict,
                     )
-                jump = left_by_jump(early.state, busy.state)
+                jump = left_by_jump(early.state, busy.state) or broke_out(early.state, busy.state)
                 if jump:
                     left = (
                         f"`{jump[2]}` (line {jump[0]}) tests values of each rank's own, so "
                         f"{rank_label(early.ranks)} left it when its test turned false"
                         if jump[1] == "test"
-                        else f"`{jump[2]}` runs as many times on every rank, so {rank_label(early.ranks)} "
+                        else f"`{jump[2]}` {'runs as many times on every rank' if jump[2].startswith('for') else 'ends only through its jumps'}, so {rank_label(early.ranks)} "
                         f"left it through the `{jump[1]}` at line {jump[0]}"
                     )
                     evidence = (
@@ -431,6 +434,10 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
         verdict = f"{rank_label(odd.ranks)} {agree(odd.ranks, 'is', 'are')} in a collective only some ranks reach (`{header}`)"
         entries = ["D19", "D21"] if drifts or RANDOM_DRAW.search(header) else ["D21", "D19"]
         return [Diagnosis(e, evidence) for e in entries], fewer(odd, groups), verdict
+    hooked = _first_pair(groups, relayed)
+    if hooked:
+        why, verdict = relayed_why(hooked[0].ranks, hooked[1].ranks, hooked[2])
+        return [Diagnosis(e, (why, described)) for e in ("D21", "D19")], fewer(hooked[0], groups), verdict
     sizes = Counter(len(g.ranks) for g in groups)
     largest = max(len(g.ranks) for g in groups)
     odd_ranks = (

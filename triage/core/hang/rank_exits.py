@@ -13,6 +13,8 @@ import re
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+# Any `if` test: rank_jumps() with it finds every guarded jump, whatever the test reads.
+ANY_TEST = re.compile(r"\S")
 
 
 def _rank_jumps(

@@ -13,7 +13,7 @@ from triage.core.hang.construction import made_only_under, suppressing_with
 from triage.core.hang.iteration import error_exits, error_skips, loop_ends
 from triage.core.hang.periods import derived_periods
 from triage.core.hang.rank_aliases import aliased_rank_test
-from triage.core.hang.rank_exits import rank_jumps
+from triage.core.hang.rank_exits import ANY_TEST, rank_jumps
 from triage.core.hang.stacks import LineContext
 
 # Tests that single out some ranks: `if rank == 0`, `dist.get_rank() != 0`, `is_main_process`,
@@ -372,6 +372,7 @@ def line_context(source: str, line: int) -> LineContext:
         raises=tuple((line, test) for line, test, node in exits if isinstance(node, ast.Raise)),
         suppressed=suppressing_with(chain),
         rank_jumps=rank_jumps(chain, source, RANK_TEST),
+        guarded_jumps=rank_jumps(chain, source, ANY_TEST),
         error_exits=error_exits(chain[_own_function(chain) :]),
         error_skips=error_skips(chain[_own_function(chain) :]),
         derived_periods=derived_periods(

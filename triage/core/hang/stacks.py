@@ -97,6 +97,8 @@ class LineContext:
     # The `break`s / `return`s under a rank test of every loop of the line's own function around
     # it, as (the loop's first line, the jump's line, "break" / "return"): rank_exits.py.
     rank_jumps: tuple[tuple[int, int, str], ...] = ()
+    # The guarded `break`s / `return`s (under any `if`) of every loop around the line, the same way.
+    guarded_jumps: tuple[tuple[int, int, str], ...] = ()
     # The loops of the line's own function around it that a broad `except` leaves (`except
     # Exception: break`), as (the loop's first line, the clause's line, its header): iteration.py.
     error_exits: tuple[tuple[int, int, str], ...] = ()
