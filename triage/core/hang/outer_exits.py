@@ -16,17 +16,21 @@ from __future__ import annotations
 import re
 
 from triage.core.hang.classify import RankState
-from triage.core.hang.paths import counted, data_header, parting
-from triage.core.hang.stacks import LineContext, agree, rank_label
+from triage.core.hang.paths import Parted, counted, data_header, parting
+from triage.core.hang.stacks import agree, rank_label
 
 # Functions the language or torch calls from a line on every rank (a module's `forward` from
 # `model(x)`, an iterator's `__next__` from a `for`): no library decision in between.
 _IMPLIED = re.compile(r"^(forward|__\w+__|<\w+>)$")
 
 
-def _around_both(ctx: LineContext, other_line: int) -> bool:
-    """Whether every `if` and loop around the line also holds `other_line` (no block of its own)."""
-    return all(first <= other_line <= last for first, last, _ in ctx.blocks)
+def _behind(busy: RankState, ahead: RankState) -> Parted | None:
+    """parting(busy, ahead) where `ahead` waits further down that function than `busy`, on a line
+    every `if` and loop of whose also holds busy's (no block of its own led it there)."""
+    parted = parting(busy, ahead)
+    if parted is None or parted[2] <= parted[0]:
+        return None
+    return parted if all(a <= parted[0] <= b for a, b, _ in parted[3].blocks) else None
 
 
 def broke_out(early: RankState, busy: RankState) -> tuple[int, str, str] | None:
@@ -34,12 +38,10 @@ def broke_out(early: RankState, busy: RankState) -> tuple[int, str, str] | None:
     the data (`while True`, `for _ in range(steps)`) and has a guarded `break` / `return` of its
     own, where `early` waits further down, outside it: `early` took that jump. As (the jump's
     line, its kind, the loop's header)."""
-    parted = parting(early, busy)
+    parted = _behind(busy, early)
     if parted is None:
         return None
-    e_line, e_ctx, b_line, b_ctx, _ = parted
-    if e_line <= b_line or not _around_both(e_ctx, b_line):
-        return None
+    _, b_ctx, e_line, _, _ = parted
     for first, last, header in b_ctx.blocks:
         if header.startswith("if ") or first <= e_line <= last:
             continue
@@ -55,12 +57,10 @@ def relayed(odd: RankState, other: RankState) -> tuple[int, str, str] | None:
     """`odd` waits in a function that library code called from the line where the paths part (the
     line does not call it by name), while `other` waits further down the same function, past that
     line, on a path of no `if` or loop of its own. As (the line, its code, the function)."""
-    parted = parting(odd, other)
+    parted = _behind(odd, other)
     if parted is None:
         return None
-    o_line, o_ctx, x_line, x_ctx, depth = parted
-    if x_line <= o_line or not _around_both(x_ctx, o_line):
-        return None
+    o_line, o_ctx, _, _, depth = parted
     called = [f for f, _ in reversed(odd.path)][depth + 1 : depth + 2]
     hook = called[0].function if called else ""
     name = hook.rsplit(".", 1)[-1]  # py-spy names a method `Class.method`
