@@ -146,6 +146,9 @@ KNOWN_MISSES = {
     # an NCCL script that places its tensors by hand (eval/lint/README.md):
     "fix_kempnerforge_c36863b.py",
     "fix_particleflow_f542ca4.py",
+    # Session 12e's batch: a DDP state dict saved with its `module.` prefix and loaded into the bare
+    # model on resume; no rule yet (no knowledge entry for it; eval/lint/README.md):
+    "thread_diffusion_bert_24_ddp_prefix_checkpoint.py",
 }
 # Session 12c's batch added one test-split miss (counted, not read; eval/lint/README.md).
 TEST_SPLIT_MISSES_AT_MOST = 16

@@ -3,7 +3,7 @@
 TRG023: every rank writes the same checkpoint (`torch.save`, `save_pretrained`, `save_file`), creates
         the same directory without `exist_ok` (`os.makedirs`, `os.mkdir`, `Path.mkdir`), deletes the
         same tree (`shutil.rmtree`), moves or removes the same file (`shutil.move`, `os.remove` after
-        an existence test), or starts its own tracker run (`wandb.init`, `SummaryWriter`,
+        an existence test or in a function that lists the folder), or starts its own tracker run (`wandb.init`, `SummaryWriter`,
         `mlflow.start_run`).
 TRG037: every rank prints in the training loop or draws its own progress bar.
 
@@ -19,8 +19,9 @@ from collections.abc import Iterator
 from triage.core.lint.context import Context
 from triage.core.lint.directories import created_in_turn, exists_guarded, path_mkdir
 from triage.core.lint.model import Finding, Rule
-from triage.core.lint.patterns import kwarg_true, loops_of
+from triage.core.lint.patterns import loops_of
 from triage.core.lint.reach import anchored
+from triage.core.lint.removals import shared_removal, tree_removal
 from triage.core.lint.script import Call, dotted
 from triage.core.lint.write_targets import (
     callers_target,
@@ -50,7 +51,8 @@ TRG023 = Rule(
         " `os.makedirs`, `os.mkdir` or `Path.mkdir` without `exist_ok=True`"
         " (unless it is made under `if not exists:` while the ranks take turns, as in"
         " `main_process_first()`), `shutil.rmtree` without `ignore_errors=True`, `shutil.move` of a"
-        " shared path, `os.remove`/`os.unlink` under an existence test (not in a `finally:` clean-up"
+        " shared path, `os.remove`/`os.unlink` under an existence test or in a function that lists a"
+        " directory (`os.listdir`, `glob`, `iterdir`: keep-last-k pruning; not in a `finally:` clean-up"
         " nor under `except OSError`), and `wandb.init`,"
         " `SummaryWriter` or `mlflow.start_run`. A write just before `sys.exit(1)` or `raise` is the"
         " failing rank's dump on its way out, not reported."
@@ -297,13 +299,13 @@ def _write(ctx: Context, call: Call) -> str | None:
         if any(mentions_rank(ctx, arg, call, depth=1) for arg in given):
             return None
         return "SummaryWriter() runs on every rank: one event file per process in the log directory; create it on rank 0 only"
-    if _tree_removal(ctx, call):
+    if tree_removal(ctx, call):
         return (
             f"{'shutil.rmtree' if name == 'shutil.rmtree' else ctx.script.text(call.node.func, 40)}() runs on"
             " every rank: the processes delete the same tree at once and all but one fail with"
             " FileNotFoundError; delete on rank 0 (or pass ignore_errors=True)"
         )
-    if _shared_removal(ctx, call):
+    if shared_removal(ctx, call):
         return (
             f"{name}() runs on every rank: the processes move or remove the same file at once and all"
             " but the first fail with FileNotFoundError; do it on rank 0 (or catch the error)"
@@ -322,65 +324,6 @@ def _write(ctx: Context, call: Call) -> str | None:
             f"{made}: all but the first race into FileExistsError; pass exist_ok=True or create it on rank 0"
         )
     return None
-
-
-# A file moved away by one process is gone for the next; `if exists(p): os.remove(p)` on N processes
-# is a check-then-act race: all find it, one removes it, the others fail.
-_MOVES = frozenset({"shutil.move"})
-_REMOVALS = frozenset({"os.remove", "os.unlink"})
-
-
-def _shared_removal(ctx: Context, call: Call) -> bool:
-    """A move, or a removal after an existence test, of a path every process names alike: not
-    the rank's own, not a temporary one, not a `finally:` clean-up of this process's own file, and
-    not under a handler that expects the file gone (`try: os.remove(p) except OSError: pass`)."""
-    if not call.node.args or not (call.name in _MOVES or (call.name in _REMOVALS and _tested(ctx, call))):
-        return False
-    path = call.node.args[0]
-    if mentions_rank(ctx, path, call) or temporary(ctx, path, call):
-        return False
-    child: ast.AST = call.node
-    for parent in ctx.script.ancestors(call.node):
-        if isinstance(parent, ast.Try) and (
-            child in parent.finalbody
-            or (child in parent.body and any(map(_expects_missing, parent.handlers)))
-        ):
-            return False
-        child = parent
-    return True
-
-
-def _tree_removal(ctx: Context, call: Call) -> bool:
-    """`shutil.rmtree(p)`, or a file-system object's (fsspec, gfile) `fs.rmtree(p)` or
-    `fs.rm(p, recursive=True)`, of a path that is not temporary and with no errors ignored."""
-    if call.name == "shutil.rmtree":
-        if kwarg_true(call, "ignore_errors") or len(call.node.args) != 1:
-            return False
-    elif call.receiver is None or not (
-        call.tail == "rmtree" or (call.tail == "rm" and kwarg_true(call, "recursive"))
-    ):
-        return False
-    path = call.node.args[0] if call.node.args else call.kwarg("path")
-    return path is not None and not temporary(ctx, path, call)
-
-
-def _tested(ctx: Context, call: Call) -> bool:
-    """Under `if os.path.exists(p):` / `isfile` / `p.exists()`."""
-    return any(
-        isinstance(outer, ast.If) and any(w in ctx.script.text(outer.test, 120) for w in ("exists", "isfile"))
-        for outer in ctx.script.ancestors(call.node)
-    )
-
-
-def _expects_missing(handler: ast.ExceptHandler) -> bool:
-    caught = handler.type
-    names = (
-        [dotted(e) for e in caught.elts]
-        if isinstance(caught, ast.Tuple)
-        else [dotted(caught) if caught else ""]
-    )
-    expected = ("", "OSError", "FileNotFoundError", "IOError", "Exception", "BaseException")
-    return any(n.rsplit(".", 1)[-1] in expected for n in names)
 
 
 _METADATA_WORDS = ("config", "tokenizer", "processor", "feature_extractor")
