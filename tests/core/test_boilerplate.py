@@ -61,6 +61,23 @@ def test_template_headings_and_code_fences_go_and_the_code_stays() -> None:
     assert _kept(text) == ["title", "hangs", "dist.barrier()", "### NCCL hangs"]
 
 
+def test_torchruns_own_failure_report_goes_and_the_workers_error_stays() -> None:
+    # torchrun 2.13's report and summary as it prints them (eval/runs), around the worker's error
+    text = """ValueError: the batch has 3 samples, expected 4
+E1122 20:22:40.079000 3559 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 3645) of binary: /work/main/.venv/bin/python
+Failures:
+  <NO_OTHER_FAILURES>
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_20:22:40
+  host      : worker-3
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 3645)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"""
+    assert _kept(text) == ["ValueError: the batch has 3 samples, expected 4", "[0]:"]
+
+
 def test_a_template_placeholder_goes_and_its_line_stays() -> None:
     text = "hangs on two nodes\n - GPU count and types [e.g. two machines with x8 A100s each] 2x8 H100"
     assert _kept(text) == ["hangs on two nodes", "- GPU count and types  2x8 H100"]

@@ -58,6 +58,14 @@ _HEADINGS = frozenset(
         "error messages and logs", "environment details", "more info", "reminder", "others",
     }
 )  # fmt: skip
+# torchrun's own report of a failed worker: the words are the launcher's, the same for every failure;
+# the exit code in it is read by signatures (P6's `exitcode: -11`), which see the whole text.
+_LAUNCHER_MARKS = (
+    "] failed (exitcode:",
+    "Setting OMP_NUM_THREADS environment variable for each process",
+    "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+)
+_LAUNCHER_LINES = frozenset({"root cause (first observed failure):", "failures:", "<no_other_failures>"})
 _SMI_MARKS = ("NVIDIA-SMI", "Driver Version", "MiB", "Persistence-M", "Processes:", "GPU  Name", "N/A")
 
 
@@ -104,6 +112,16 @@ def _smi_line(line: str) -> bool:
     if line[:1] == "+" and set(line) <= set("+-=| "):
         return True
     return line[:1] == "|" and any(mark in line for mark in _SMI_MARKS)
+
+
+def _launcher_line(line: str, key: str | None, value: str) -> bool:
+    """torchrun's exit report and failure summary (`failed (exitcode: 1) local_rank: 0 ...`,
+    `exitcode  : 1 (pid: 42)`, `error_file: <N/A>`, `rank : 0 (local_rank: 0)`), and its OMP banner."""
+    if any(mark in line for mark in _LAUNCHER_MARKS) or line.lower() in _LAUNCHER_LINES:
+        return True
+    if key in ("exitcode", "error_file", "host", "time"):
+        return key != "time" or value[:4].isdigit()
+    return key == "rank" and "(local_rank:" in value
 
 
 def _op_report(line: str) -> bool:
@@ -170,6 +188,8 @@ def drop_boilerplate(text: str) -> str:
                 if key in _NESTED and not value:
                     nested_under = indent
                 continue
+        if _launcher_line(stripped, *(pair or (None, ""))):
+            continue
         checkbox = stripped.lstrip("-* ").removeprefix("[ ]").removeprefix("[x]").removeprefix("[X]")
         checkbox = checkbox.replace("`", "").strip()
         if (
