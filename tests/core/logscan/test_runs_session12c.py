@@ -12,7 +12,8 @@ def test_a_value_json_cannot_write_and_a_mutable_dataclass_default_are_the_code_
     assert static_error("TypeError", "Object of type Tensor is not JSON serializable")
     assert static_error("builtins.TypeError", "Object of type ndarray is not JSON serializable")
     assert static_error(
-        "ValueError", "mutable default <class 'list'> for field milestones is not allowed: use default_factory"
+        "ValueError",
+        "mutable default <class 'list'> for field milestones is not allowed: use default_factory",
     )
     # the words quoted inside another message, or another ValueError, are no such error
     assert not static_error("RuntimeError", "Object of type Tensor is not JSON serializable")
