@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tests.core.logscan.test_runs_outputs import _item
 from tests.log_paste import verdict_for
+from triage.core.logscan.blocks import canonical_collective
 from triage.core.logscan.static_errors import static_error
 from triage.core.model import KnowledgeBase
 
@@ -27,3 +28,17 @@ def test_a_class_every_spawned_process_fails_to_define_is_no_diverged_rank(kb: K
     verdict = verdict_for(kb, str(_item("dataclass_mutable_default_spawn.py")["log"]))
     assert verdict.first is not None and verdict.first.refused
     assert not verdict.found, verdict.diagnoses[:3]
+
+
+def test_new_group_is_a_call_every_rank_must_make() -> None:
+    assert canonical_collective("new_group") == "new_group"
+    assert canonical_collective("_new_group_with_tag") is None  # torch's helper below it is no second name
+
+
+def test_a_group_made_on_rank_0_only_is_a_rank_conditional_collective(kb: KnowledgeBase) -> None:
+    # rank 0 sits in new_group (gloo's connect to a peer that never comes) while rank 1 waits in the
+    # barrier after it: the two never pair up (D21), not a timeout that was too short (MN3)
+    log = str(_item("metrics_group_rank0_only.py")["log"])
+    assert "in new_group" in log and "dist.barrier()" in log
+    verdict = verdict_for(kb, log)
+    assert verdict.found and verdict.diagnoses[0].entry_id == "D21", verdict.diagnoses[:3]
