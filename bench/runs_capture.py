@@ -133,6 +133,10 @@ EXTRA: dict[str, str] = {
     "loss_item_per_sample.py": "tee",
     "moe_top1_unused_experts.py": "cpp-stack",
     "scatter_list_every_rank.py": "cpp-info",
+    # session 12c (written before the engine was read)
+    "record_eval_helper_rank1.py": "loglevel-info",
+    "metrics_group_rank0_only.py": "detail",
+    "time_budget_stop_per_rank.py": "cpp-info",
 }
 # Variables that would make a run look launched or change torch's output (as triage.repro scrubs).
 _SCRUB = (

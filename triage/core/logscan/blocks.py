@@ -81,6 +81,8 @@ _COLLECTIVES = {
     "isend": "send",
     "irecv": "recv",
     "batchisendirecv": "send/recv",
+    # every rank of the parent group must call it (a store handshake, then the backend's own connect)
+    "newgroup": "new_group",
 }
 
 

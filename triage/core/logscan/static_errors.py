@@ -5,7 +5,11 @@
 - a name, or an attribute of an object's type, that the code uses and that does not exist:
   `NameError: name 'cfg' is not defined`, `'Tensor' object has no attribute 'logits'`;
 - a value formatted with a spec its type has none for: `unsupported format string passed to
-  Tensor.__format__`;
+  Tensor.__format__`, or written with a library that has no encoding for its type: `Object of type
+  Tensor is not JSON serializable` (the code chose the value's type, not the data);
+- a class the interpreter refuses to define: a dataclass field with a mutable default (`mutable
+  default <class 'list'> for field milestones is not allowed`), raised while the class statement
+  runs;
 - a tensor of the wrong number of dimensions or dtype for an op (`0D or 1D target tensor expected,
   multi-target not supported`, `expected scalar type Float but found Double`): the code builds
   every rank's tensors the same way, where a size (`mat1 and mat2 shapes cannot be multiplied`)
@@ -30,7 +34,9 @@ _STATIC = {
         r"|missing \d+ required (?:positional|keyword-only) arguments?"
         r"|got an unexpected keyword argument"
         r"|unsupported format string passed to \w+\.__format__"
+        r"|^Object of type \w+ is not JSON serializable"
     ),
+    "ValueError": re.compile(r"^mutable default <class '\w+'> for field \w+ is not allowed"),
     "NameError": re.compile(r"name '\w+' is not defined"),
     "AttributeError": re.compile(r"^'(?!NoneType')\w+' object has no attribute '\w+'"),
     "RuntimeError": re.compile(
