@@ -93,7 +93,7 @@ def _called_ungated_by_rank_reader(ctx: Context, node: ast.AST) -> bool:
     """Whether the function holding `node` is called, under no rank condition, from a function that
     reads the rank itself (xla's `_save` calls `self._delete_chkpt_at_step(step)` before its own
     `if dist.get_rank(self.pg) == 0:`): it runs on every rank that its caller runs on."""
-    function = next((a for a in ctx.script.ancestors(node) if isinstance(a, FunctionNode)), None)
+    function = ctx.script.enclosing_function(node)
     if function is None or _picks_its_own_process(function):
         return False
     for c in ctx.script.call_list:
@@ -171,7 +171,7 @@ def _beside_rank_test(ctx: Context, node: ast.AST, cls: ast.ClassDef) -> bool:
     every rank, and its `train`, which loops over the training loader and runs the backward, with
     no process test of its own, runs on every rank too. Its other methods may be called from
     elsewhere under a rank test (diffusion-pipe's `save_adapter`): not judged."""
-    method = next((a for a in ctx.script.ancestors(node) if isinstance(a, FunctionNode)), None)
+    method = ctx.script.enclosing_function(node)
     if method is None or ctx.script.parents.get(method) is not cls or _picks_its_own_process(method):
         return False
     if not _trains(method):
@@ -330,7 +330,7 @@ def _reached(ctx: Context) -> set[str]:
 
 
 def _in_property(ctx: Context, node: ast.AST) -> bool:
-    function = next((a for a in ctx.script.ancestors(node) if isinstance(a, FunctionNode)), None)
+    function = ctx.script.enclosing_function(node)
     return function is not None and any(
         dotted(d).rsplit(".", 1)[-1] in ("property", "cached_property") for d in function.decorator_list
     )
@@ -369,7 +369,7 @@ def for_evaluation(ctx: Context, node: ast.AST) -> bool:
     `.eval()`, or every call of that function in this file is inside such a function
     (`get_dataloader(...)` called only from `pretrain_validation()`). An evaluation pass reads each
     sample once; the order of its batches does not matter."""
-    function = next((a for a in ctx.script.ancestors(node) if isinstance(a, FunctionNode)), None)
+    function = ctx.script.enclosing_function(node)
     if function is None:
         return False
     if _evaluates(ctx, function):
@@ -387,7 +387,7 @@ def _callers(ctx: Context) -> dict[int, list[FunctionNode | None]]:
     for c in ctx.script.call_list:
         local = ctx.script.local_function(c.node)
         if local is not None:
-            holder = next((a for a in ctx.script.ancestors(c.node) if isinstance(a, FunctionNode)), None)
+            holder = ctx.script.enclosing_function(c.node)
             found.setdefault(id(local), []).append(holder)
     ctx.script.cache["reach.callers"] = found
     return found

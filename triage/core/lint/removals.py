@@ -67,14 +67,7 @@ _LISTINGS = frozenset({"os.listdir", "os.scandir", "os.walk", "glob.glob", "glob
 
 def _listed(ctx: Context, call: Call) -> bool:
     """In a function that lists a directory (`os.listdir`, `glob.glob`, `p.glob()`, `p.iterdir()`)."""
-    function = next(
-        (
-            a
-            for a in ctx.script.ancestors(call.node)
-            if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))
-        ),
-        None,
-    )
+    function = ctx.script.enclosing_function(call.node)
     if function is None:
         return False
     return any(

@@ -341,6 +341,10 @@ class Script:
                 return parent
         return None
 
+    def enclosing_function(self, node: ast.AST) -> FunctionNode | None:
+        """The innermost `def` around a node (None at module level; a lambda is not one)."""
+        return next((a for a in self.ancestors(node) if isinstance(a, FunctionNode)), None)
+
     def mentions(self, *words: str) -> bool:
         """Whether the code (not its comments or docstrings) names any of these identifiers."""
         return any(word in self.words for word in words)
