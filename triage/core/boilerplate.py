@@ -153,6 +153,19 @@ def _mentions_only(line: str) -> bool:
     return bool(words) and all(w.startswith("@") or w.lower() in ("cc", "cc:") for w in words) and "@" in line
 
 
+def _environment_key(key: str, value: str) -> bool:
+    """A key of an environment dump: collect_env's, `accelerate env`'s, ds_report's, a version line."""
+    numbered_gpu = key.startswith("gpu ") and key[4:].isdigit()  # collect_env's `GPU 0: NVIDIA A100`
+    backend = key.startswith("pytorch ") and key.endswith(" available")  # `PyTorch NPU available: False`
+    return (
+        key in _KEYS
+        or numbered_gpu
+        or backend
+        or key.startswith(_KEY_PREFIXES)
+        or _is_version_line(key, value)
+    )
+
+
 def drop_boilerplate(text: str) -> str:
     """The text without environment-dump and issue-template lines (the rest as written)."""
     if "\n" not in text:
@@ -161,34 +174,23 @@ def drop_boilerplate(text: str) -> str:
     nested_under: int | None = None  # the indent of a key whose settings follow, while inside them
     for line in text.split("\n"):
         stripped = line.strip()
-        indent = len(line) - len(line.lstrip())
-        if nested_under is not None:
-            # a setting below the key: indented deeper, or (flattened by the paste) a snake_case key
-            pair = _key_value(stripped)
-            if stripped and (indent > nested_under or (pair is not None and _snake(pair[0]))):
-                continue
-            nested_under = None
         if not stripped:
+            nested_under = None  # a blank line ends a key's settings
             kept.append(line)
             continue
+        indent = len(line) - len(line.lstrip())
         pair = _key_value(stripped)
-        if pair is not None:
-            key, value = pair
-            numbered_gpu = key.startswith("gpu ") and key[4:].isdigit()  # collect_env's `GPU 0: NVIDIA A100`
-            backend = key.startswith("pytorch ") and key.endswith(
-                " available"
-            )  # `PyTorch NPU available: False`
-            if (
-                key in _KEYS
-                or numbered_gpu
-                or backend
-                or key.startswith(_KEY_PREFIXES)
-                or _is_version_line(key, value)
-            ):
-                if key in _NESTED and not value:
-                    nested_under = indent
+        key, value = pair or (None, "")
+        if nested_under is not None:
+            # a setting below the key: indented deeper, or (flattened by the paste) a snake_case key
+            if indent > nested_under or (key is not None and _snake(key)):
                 continue
-        if _launcher_line(stripped, *(pair or (None, ""))):
+            nested_under = None
+        if key is not None and _environment_key(key, value):
+            if key in _NESTED and not value:
+                nested_under = indent
+            continue
+        if _launcher_line(stripped, key, value):
             continue
         checkbox = stripped.lstrip("-* ").removeprefix("[ ]").removeprefix("[x]").removeprefix("[X]")
         checkbox = checkbox.replace("`", "").strip()
