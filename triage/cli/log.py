@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from triage.core.logscan.scanner import Event, Scan
     from triage.core.logscan.verdict import Verdict
     from triage.core.model import KnowledgeBase
+    from triage.core.separate import Question
 
 HELP = "diagnose failure output from many ranks (FILE ... or -)"
 DESCRIPTION = (
@@ -155,7 +156,7 @@ def verdict_text(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> s
                 lines.append(
                     f"  {entry_id:<5} {kb.entries[entry_id].title}  ({shown_score(score):.2f}, {why})"
                 )
-        lines += _question_lines(kb, [entry_id for entry_id, _, _ in closest])
+        lines += _question_lines(kb, verdict, top)
         return "\n".join(lines)
     best = verdict.diagnoses[0]
     entry = kb.entries[best.entry_id]
@@ -170,7 +171,7 @@ def verdict_text(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> s
             " traceback) follows any failure; the cause is in output not in this log (the first"
             " rank to fail, dmesg). The entries below are candidates."
         )
-        lines += _question_lines(kb, [d.entry_id for d in verdict.diagnoses[:top] if d.score > 0])
+        lines += _question_lines(kb, verdict, top)
     lines.append("  evidence:")
     lines += [evidence_line(scan, e) for e in evidence(best)]
     others = [d for d in verdict.diagnoses[1:top] if d.score > 0]
@@ -188,18 +189,9 @@ def verdict_text(scan: Scan, verdict: Verdict, kb: KnowledgeBase, top: int) -> s
     return "\n".join(lines)
 
 
-def _question_lines(kb: KnowledgeBase, candidates: list[str]) -> list[str]:
-    from triage.core.separate import question_among
-
-    question = question_among(kb, candidates)
-    if question is None:
-        return []
-    ids = [entry_id for _, entry_id in question.options]
-    answers = ";  ".join(f'"{label}" -> {entry_id}' for label, entry_id in question.options)
-    return [f"  to tell {' from '.join(ids)}, answer: {question.prompt}", f"    {answers}"]
-
-
-def _question_json(kb: KnowledgeBase, verdict: Verdict, top: int) -> dict[str, Any] | None:
+def _question(kb: KnowledgeBase, verdict: Verdict, top: int) -> Question | None:
+    """The question that separates the candidates shown, where the log's evidence cannot: when it
+    found nothing (the closest entries) or only symptoms (the diagnoses)."""
     if verdict.found and not verdict.only_symptoms:
         return None
     if verdict.found:
@@ -208,7 +200,20 @@ def _question_json(kb: KnowledgeBase, verdict: Verdict, top: int) -> dict[str, A
         candidates = [entry_id for entry_id, _, _ in verdict.closest[:top]]
     from triage.core.separate import question_among
 
-    question = question_among(kb, candidates)
+    return question_among(kb, candidates)
+
+
+def _question_lines(kb: KnowledgeBase, verdict: Verdict, top: int) -> list[str]:
+    question = _question(kb, verdict, top)
+    if question is None:
+        return []
+    ids = [entry_id for _, entry_id in question.options]
+    answers = ";  ".join(f'"{label}" -> {entry_id}' for label, entry_id in question.options)
+    return [f"  to tell {' from '.join(ids)}, answer: {question.prompt}", f"    {answers}"]
+
+
+def _question_json(kb: KnowledgeBase, verdict: Verdict, top: int) -> dict[str, Any] | None:
+    question = _question(kb, verdict, top)
     if question is None:
         return None
     answers = {entry_id: label for label, entry_id in question.options}
