@@ -103,9 +103,9 @@ def _caught_out(early: RankState, busy: RankState, ranks: tuple[int | None, ...]
     parted = parting(early, busy)
     if parted is None or parted[1].handler is None or parted[3].swallowed is None:
         return None
-    e_line, e_ctx, b_line, b_ctx, _ = parted
-    start, _, end = b_ctx.swallowed
-    line, clause = e_ctx.handler
+    e_line, _, b_line, _, _ = parted
+    start, _, end = parted[3].swallowed
+    line, clause = parted[1].handler
     loops = [h for first, _, h, _ in busy_loops(early, busy) if start < first <= b_line]
     if not (start < b_line < line <= e_line <= end) or not loops:
         return None
