@@ -19,6 +19,14 @@ only way (mismatch.py asks before it reads a rank out of the loop as out of batc
   same iteration), it is a collective only some ranks reach (D21; D19 first where the
   test reads a random draw or a running count of the rank's own). The busy ranks are the odd ones.
 
+- The rank out of the loop waits inside an `except` clause of a `try` whose body holds the loop
+  the others are in, a clause that does not raise again: it raised in the loop and left it there,
+  the others did not. Where the clause catches an interrupt (`KeyboardInterrupt`, `SystemExit`, a
+  signal turned into an exception: Ctrl-C, a watchdog or a scheduler's preemption signal that
+  reached that rank alone) the rank chose to stop and go on to its own wrap-up (D19, D20 second);
+  any other error is a crash kept from ending the process (D20, D19 second). The rank in the
+  clause is the odd one.
+
 A step skipped under a test of the batch being empty (`if len(x) == 0: continue`, `numel() == 0`)
 is no decision of the rank's own: its shard ran out before the others' (the last batch of an
 uneven split), so it ran fewer batches than they did (D9 first, D19 second): empty_batch_test.
@@ -87,6 +95,36 @@ def _raised_out(early: RankState, busy: RankState, ranks: tuple[int | None, ...]
     return None
 
 
+# An exception that is a request to stop rather than an error: Ctrl-C, sys.exit, a signal.
+_INTERRUPT = re.compile(r"KeyboardInterrupt|SystemExit|Signal|Interrupt|Preempt|Terminat", re.IGNORECASE)
+
+
+def _caught_out(early: RankState, busy: RankState, ranks: tuple[int | None, ...]) -> Exit | None:
+    parted = parting(early, busy)
+    if parted is None or parted[1].handler is None or parted[3].swallowed is None:
+        return None
+    e_line, _, b_line, _, _ = parted
+    start, _, end = parted[3].swallowed
+    line, clause = parted[1].handler
+    loops = [h for first, _, h, _ in busy_loops(early, busy) if start < first <= b_line]
+    if not (start < b_line < line <= e_line <= end) or not loops:
+        return None
+    stopped = _INTERRUPT.search(clause) is not None
+    why = (
+        f"{rank_label(ranks)} {agree(ranks, 'waits', 'wait')} inside `{clause}:` (line {line}) of the "
+        f"`try` at line {start}, whose body holds `{loops[0]}` the others are still in: it raised "
+        "there and left the loop through that clause, which does not raise again"
+        + (
+            " (an interrupt: Ctrl-C, a watchdog's or a scheduler's signal that reached it alone), and "
+            "went on to its own wrap-up: a decision to stop the others did not take"
+            if stopped
+            else " (an error swallowed: a crash kept from ending the process)"
+        )
+    )
+    verdict = f"{rank_label(ranks)} left the loop through `{clause}` while the others go on"
+    return Exit(("D19", "D20") if stopped else ("D20", "D19"), False, why, verdict)
+
+
 def _swallowed_step(early: RankState, busy: RankState, ranks: tuple[int | None, ...]) -> Exit | None:
     parted = parting(early, busy)
     if parted is None:
@@ -139,7 +177,8 @@ def left_otherwise(
 ) -> Exit | None:
     """How `early` (out of a loop `busy` is still in) left it, other than at the end of its data."""
     return (
-        _raised_out(early, busy, early_ranks)
+        _caught_out(early, busy, early_ranks)
+        or _raised_out(early, busy, early_ranks)
         or _swallowed_step(early, busy, early_ranks)
         or _behind(early, busy, busy_ranks)
     )

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable
 
 from triage.core.hang.classify import RankState
+from triage.core.hang.grad_skips import unused_gradient
 from triage.core.hang.source_context import RANK_TEST
 from triage.core.hang.stacks import Frame, LineContext
 
@@ -210,7 +211,8 @@ def _caught(past: RankState, waiting: RankState) -> tuple[int, int] | None:
 
 def how_skipped(ahead: RankState, waiting: RankState) -> tuple[str, str, str] | None:
     """How `ahead` skipped the collective `waiting` is in, as (how, why for the verdict, the
-    second entry), or None: a jump over it, or an exception swallowed around it."""
+    second entry), or None: a jump over it, an exception swallowed around it, or a test of a
+    gradient for None around it (grad_skips)."""
     jump = _skipped(ahead, waiting)
     if jump:
         return f"a `{jump[1]}` at line {jump[0]} jumps over it", "", "D21"
@@ -218,7 +220,7 @@ def how_skipped(ahead: RankState, waiting: RankState) -> tuple[str, str, str] | 
     if caught:
         how = f"it raised in the `try` at line {caught[0]} and the `except` at line {caught[1]} swallowed it"
         return how, " (an exception it caught)", "D20"
-    return None
+    return unused_gradient(ahead, waiting)
 
 
 def _outermost_first(state: RankState) -> list[tuple[Frame, LineContext]]:
