@@ -137,6 +137,14 @@ EXTRA: dict[str, str] = {
     "record_eval_helper_rank1.py": "loglevel-info",
     "metrics_group_rank0_only.py": "detail",
     "time_budget_stop_per_rank.py": "cpp-info",
+    # session 13 (written before the engine was read)
+    "compile_ddp_fullgraph_item.py": "loglevel-info",
+    "device_mesh_names_string.py": "cpp-stack",
+    "eval_no_grad_raises_rank3_two_nodes.py": "tee",
+    "onecycle_total_steps_divided.py": "tee",
+    "dcp_resume_dir_name_typo.py": "cpp-info",
+    "store_get_key_never_set.py": "cpp-info",
+    "fsdp2_manual_grad_allreduce.py": "cpp-stack",
 }
 # Variables that would make a run look launched or change torch's output (as triage.repro scrubs).
 _SCRUB = (

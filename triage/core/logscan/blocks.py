@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from triage.core.logscan.native_checks import is_call, native_refusal
 from triage.core.logscan.prefixes import split_prefix
 from triage.core.logscan.static_errors import static_error
-from triage.core.logscan.transport import transport_wait
+from triage.core.logscan.transport import store_wait, transport_wait
 
 MAX_BLOCKS = 400  # blocks kept in full; later ones only update the per-rank wait points
 
@@ -163,6 +163,8 @@ class RankReader:
         block.exception_line = number
         if block.collective is None and block.user_frame is not None:
             block.collective = transport_wait(message)  # a wait on a p2p handle (transport.py)
+            if block.collective is None and not _LIBRARY.search(block._frame_path):
+                block.collective = store_wait(message)  # a key the user's own line waited for
         checked = block.raised_by_torch or (
             _CPP_CHECK.match(message) is not None and _TORCH_FILE.search(block._frame_path) is not None
         )

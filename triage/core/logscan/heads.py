@@ -124,9 +124,15 @@ def _duplicated_output(heads: list[str]) -> list[Inferred]:
     for head in heads:
         under_frame: set[int | None] = set()  # ranks whose previous line was a traceback frame
         in_error: set[int | None] = set()  # ranks whose previous line was (part of) an exception's
+        counted: dict[int | None, tuple[str, int]] = {}  # ranks whose previous line was counted
         for line in head.splitlines():
             split = split_prefix(line)
             body = split.body.strip()
+            last = counted.pop(split.rank, None)
+            if last is not None and _TRACEBACK_START.match(body):
+                # a message followed by its traceback (`logger.exception`, a library reporting an
+                # error it recovers from): each process reports its own error, no progress line
+                counts[last[0]] -= last[1]
             # the source line a traceback prints under each frame: every rank's traceback has it;
             # so are the indented lines of a multi-line exception message (`\tMissing key(s) in
             # state_dict: ...` under `RuntimeError: Error(s) in loading state_dict`)
@@ -147,6 +153,7 @@ def _duplicated_output(heads: list[str]) -> list[Inferred]:
                 body = body[: folded.start()]
             if len(body) >= 20 and not quoted and not _NOT_OUTPUT.match(body):
                 counts[body] += copies
+                counted[split.rank] = (body, copies)
     repeated = [line for line, n in counts.items() if n > 1]
     announced = [line for line in repeated if _RANK_ANNOUNCEMENT.search(line)]
     if announced:
