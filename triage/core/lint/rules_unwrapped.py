@@ -192,10 +192,10 @@ def _unwrap_tested(ctx: Context, expr: ast.Attribute) -> bool:
         return False
     child: ast.AST = expr
     for outer in script.ancestors(expr):
-        branch = outer.body if isinstance(outer, ast.If | ast.IfExp) else None
-        inside = child in branch if isinstance(branch, list) else child is branch
-        if branch is not None and inside and _tests_wrapper(outer.test, wrapped):
-            return True
+        if isinstance(outer, ast.If | ast.IfExp):
+            inside = child in outer.body if isinstance(outer.body, list) else child is outer.body
+            if inside and _tests_wrapper(outer.test, wrapped):
+                return True
         child = outer
     return False
 
@@ -256,13 +256,19 @@ def _check_module_forward(ctx: Context, reported: set[int]) -> Iterator[Finding]
         ):
             continue
         reported.add(id(call.scope))
+        rebound = isinstance(func, ast.Name) and func.id == wrapper
+        where = (
+            f" (rebound to `{wrapper}.module` on line {aliases[(id(call.scope), wrapper)][1]})"
+            if rebound
+            else ""
+        )
         yield ctx.finding(
             TRG056,
             call.node,
             f"this training forward calls `{script.text(call.node, 40)}`, the module inside the"
-            f" `{wrapper}` wrapper, not the wrapper: DDP's gradient hooks are armed by its own forward,"
-            f" so no gradient is synchronised and each rank trains its own copy; call `{wrapper}(...)`"
-            " ([verify]: gradients become averaged across ranks, the run trains differently)",
+            f" `{wrapper}` wrapper{where}, not the wrapper: DDP's gradient hooks are armed by its own"
+            " forward, so no gradient is synchronised and each rank trains its own copy; call the"
+            " wrapper ([verify]: gradients become averaged across ranks, the run trains differently)",
         )
     yield from _check_module_methods(ctx, aliases, reported)
 
