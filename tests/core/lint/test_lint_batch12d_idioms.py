@@ -184,8 +184,14 @@ def test_the_forward_through_module_and_its_fix() -> None:
 
 
 def test_module_near_misses() -> None:
-    # a method of the inner module, not its forward (the brief's `model.module.x` helpers)
-    assert codes(GRPO.replace("res = model_unwrapped(outputs", "res = model.module.score(outputs")) == []
+    # a method of the inner module beside a forward through the wrapper (an auxiliary term); alone,
+    # it is the loss-bearing forward and bypasses DDP (session 13, RAE's `model_woddp.decode(z)`)
+    method = GRPO.replace("res = model_unwrapped(outputs", "res = model.module.score(outputs")
+    assert codes(method) == ["TRG056"]
+    beside = method.replace(
+        "res = model.module.score(outputs", "res = model(outputs) + model.module.score(outputs"
+    )
+    assert codes(beside) == []
     # the unwrapped module for generation under no_grad, training through the wrapper
     rollout = GRPO.replace(
         "            with autocast_ctx:\n                res = model_unwrapped(outputs, attention_mask=full_mask)",

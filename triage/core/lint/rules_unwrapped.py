@@ -3,7 +3,10 @@
 TRG056: a training function (one that calls `backward`) runs the forward through the module a
 DDP/FSDP wrapper holds: `ddp = DDP(model)` under a new name, the wrapper never used, and `model(...)`;
 or `model.module(...)` of a wrapper, directly or through a name bound to it in the function
-(`unwrapped = model.module if isinstance(model, DDP) else model`).
+(`unwrapped = model.module if isinstance(model, DDP) else model`, or `model = model.module` under
+`if hasattr(model, "module"):`, the author's own test that `model` may be a wrapper); or a method of
+that inner module given data (`unwrapped.decode(z)`) in a training function that never calls the
+wrapper itself.
 """
 
 from __future__ import annotations
@@ -32,9 +35,13 @@ TRG056 = Rule(
         " `W` is never used except for attribute access (`W.module`, `W.state_dict()`), while a function"
         " that calls `backward` runs the forward as `model(...)` after the wrap. Not reported: rebinding"
         " (`model = DDP(model)`). Also `W.module(...)` of a wrapper `W`, directly or through a name the"
-        " function binds to it (`unwrapped = W.module if ... else W`), in such a function; not"
-        " `W.module.encode(...)` or other methods. Not reported: calls under `torch.no_grad()`/`inference_mode`, calls under a rank gate"
-        " or in the single-process branch, and functions named for evaluation or sampling."
+        " function binds to it (`unwrapped = W.module if ... else W`), in such a function; `W` is a"
+        " wrapper when a DDP/FSDP call bound it, or when the file wraps in DDP/FSDP and `W.module` sits"
+        ' under the author\'s test `hasattr(W, "module")` / `isinstance(W, DDP)`. A method of that'
+        " inner module (`W.module.decode(z)`) counts only when given data, not named for evaluation,"
+        " sampling or housekeeping (`parameters`, `state_dict`, `get_*`), in a function that never calls"
+        " `W` itself. Not reported: calls under `torch.no_grad()`/`inference_mode`, calls under a rank"
+        " gate or in the single-process branch, and functions named for evaluation or sampling."
     ),
     why=(
         "DDP synchronises gradients through hooks that its own forward installs; a forward through the"
@@ -135,7 +142,7 @@ def _forwards(ctx: Context, inner: str, site: ast.Call, scope: Scope) -> Iterato
         yield call.node
 
 
-def _check(ctx: Context) -> Iterator[Finding]:
+def _check(ctx: Context, reported: set[int]) -> Iterator[Finding]:
     script = ctx.script
     for kind in ("ddp", "fsdp"):
         for site in ctx.wrappers.sites.get(kind, []):
@@ -153,6 +160,7 @@ def _check(ctx: Context) -> Iterator[Finding]:
                 if _excused(ctx, call) or not _trains(ctx, script.scope_of(call)):
                     continue
                 label = "DDP" if kind == "ddp" else "FSDP"
+                reported.add(id(script.scope_of(call)))
                 yield ctx.finding(
                     TRG056,
                     call,
@@ -165,35 +173,81 @@ def _check(ctx: Context) -> Iterator[Finding]:
 
 
 def _inner_of_wrapper(ctx: Context, expr: ast.AST, scope: Scope) -> str:
-    """`model` for `model.module` when a DDP/FSDP wrapper bound `model` ("" otherwise)."""
+    """`model` for `model.module` when a DDP/FSDP wrapper bound `model`, or when the file wraps in
+    DDP/FSDP and the author's own test says `model` may be one (`if hasattr(model, "module"):`)."""
     if isinstance(expr, ast.IfExp):  # `model.module if isinstance(model, DDP) else model`
         return _inner_of_wrapper(ctx, expr.body, scope) or _inner_of_wrapper(ctx, expr.orelse, scope)
-    if (
-        isinstance(expr, ast.Attribute)
-        and expr.attr == "module"
-        and ctx.wrappers.kind(expr.value, scope) in ("ddp", "fsdp")
-    ):
+    if not (isinstance(expr, ast.Attribute) and expr.attr == "module"):
+        return ""
+    if ctx.wrappers.kind(expr.value, scope) in ("ddp", "fsdp") or _unwrap_tested(ctx, expr):
         return dotted(expr.value)
     return ""
 
 
-def _check_module_forward(ctx: Context) -> Iterator[Finding]:
+def _unwrap_tested(ctx: Context, expr: ast.Attribute) -> bool:
+    """`X.module` in the branch of a test that `X` is a wrapper (`hasattr(X, "module")`,
+    `isinstance(X, DDP)`), in a file that wraps a model in DDP/FSDP."""
+    script, wrapped = ctx.script, dotted(expr.value)
+    if not wrapped or not (ctx.wrappers.sites.get("ddp") or ctx.wrappers.sites.get("fsdp")):
+        return False
+    child: ast.AST = expr
+    for outer in script.ancestors(expr):
+        if isinstance(outer, ast.If | ast.IfExp):
+            inside = child in outer.body if isinstance(outer.body, list) else child is outer.body
+            if inside and _tests_wrapper(outer.test, wrapped):
+                return True
+        child = outer
+    return False
+
+
+def _tests_wrapper(test: ast.expr, wrapped: str) -> bool:
+    for node in ast.walk(test):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 2):
+            continue
+        subject, what = node.args
+        if dotted(subject) != wrapped:
+            continue
+        if node.func.id == "hasattr" and isinstance(what, ast.Constant) and what.value == "module":
+            return True
+        if node.func.id == "isinstance" and re.search(
+            r"DDP|DistributedDataParallel|FSDP|FullyShard", ast.unparse(what)
+        ):
+            return True
+    return False
+
+
+def _aliases(ctx: Context) -> dict[tuple[int, str], tuple[str, int]]:
+    """(scope, name) -> (the wrapper whose inner module the name holds, the line it is bound on)."""
     script = ctx.script
-    aliases: dict[tuple[int, str], str] = {}  # (scope, name) -> the wrapper whose .module it holds
+    aliases: dict[tuple[int, str], tuple[str, int]] = {}
     for node in script.of_type(ast.Assign):
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             scope = script.scope_of(node)
             wrapper = _inner_of_wrapper(ctx, node.value, scope)
             if wrapper:
-                aliases[(id(scope), node.targets[0].id)] = wrapper
-    reported: set[int] = set()
+                aliases[(id(scope), node.targets[0].id)] = (wrapper, node.lineno)
+    return aliases
+
+
+def _inner_call(
+    ctx: Context, func: ast.expr, scope: Scope, aliases: dict[tuple[int, str], tuple[str, int]]
+) -> str:
+    wrapper = _inner_of_wrapper(ctx, func, scope)
+    if not wrapper and isinstance(func, ast.Name):
+        wrapper, line = aliases.get((id(scope), func.id), ("", 0))
+        if func.lineno <= line:
+            return ""
+    return wrapper
+
+
+def _check_module_forward(ctx: Context, reported: set[int]) -> Iterator[Finding]:
+    script = ctx.script
+    aliases = _aliases(ctx)
     for call in ctx.script.call_list:
         func = call.node.func
         if isinstance(func, ast.Attribute) and func.attr == "forward":
             func = func.value
-        wrapper = _inner_of_wrapper(ctx, func, call.scope)
-        if not wrapper and isinstance(func, ast.Name):
-            wrapper = aliases.get((id(call.scope), func.id), "")
+        wrapper = _inner_call(ctx, func, call.scope, aliases)
         if (
             not wrapper
             or id(call.scope) in reported
@@ -202,17 +256,73 @@ def _check_module_forward(ctx: Context) -> Iterator[Finding]:
         ):
             continue
         reported.add(id(call.scope))
+        rebound = isinstance(func, ast.Name) and func.id == wrapper
+        where = (
+            f" (rebound to `{wrapper}.module` on line {aliases[(id(call.scope), wrapper)][1]})"
+            if rebound
+            else ""
+        )
         yield ctx.finding(
             TRG056,
             call.node,
             f"this training forward calls `{script.text(call.node, 40)}`, the module inside the"
-            f" `{wrapper}` wrapper, not the wrapper: DDP's gradient hooks are armed by its own forward,"
-            f" so no gradient is synchronised and each rank trains its own copy; call `{wrapper}(...)`"
+            f" `{wrapper}` wrapper{where}, not the wrapper: DDP's gradient hooks are armed by its own"
+            " forward, so no gradient is synchronised and each rank trains its own copy; call the"
+            " wrapper ([verify]: gradients become averaged across ranks, the run trains differently)",
+        )
+    yield from _check_module_methods(ctx, aliases, reported)
+
+
+_HOUSEKEEPING = re.compile(
+    r"(named_)?(parameters|buffers|modules|children)|(load_)?state_dict|train|eval|to|cuda|cpu|float|half"
+    r"|bfloat16|zero_grad|requires_grad_|apply|(register|get|set)_\w+"
+)
+
+
+def _check_module_methods(
+    ctx: Context, aliases: dict[tuple[int, str], tuple[str, int]], reported: set[int]
+) -> Iterator[Finding]:
+    """`unwrapped.decode(z)`, `W.module.compute_loss(batch)`: a method of the inner module given data
+    in a training function that never calls the wrapper itself, so the loss-bearing forward can only
+    be that method (or something the file does not show)."""
+    script = ctx.script
+    for call in script.call_list:
+        func, node = call.node.func, call.node
+        if (
+            not isinstance(func, ast.Attribute)
+            or func.attr == "forward"
+            or _HOUSEKEEPING.fullmatch(func.attr)
+        ):
+            continue
+        data = [*node.args, *(k.value for k in node.keywords)]
+        if _NOT_TRAINING.search(func.attr.lower()) or all(isinstance(a, ast.Constant) for a in data):
+            continue
+        wrapper = _inner_call(ctx, func.value, call.scope, aliases)
+        if not wrapper or id(call.scope) in reported or _excused(ctx, node):
+            continue
+        if not _trains(ctx, call.scope) or _calls_wrapper(ctx, wrapper, call.scope):
+            continue
+        reported.add(id(call.scope))
+        yield ctx.finding(
+            TRG056,
+            node,
+            f"the training loss comes from `{script.text(node, 40)}`, a method of the module inside the"
+            f" `{wrapper}` wrapper, and this training step never calls `{wrapper}` itself: DDP's gradient"
+            " hooks are armed by its own forward, so no gradient is synchronised and each rank trains its"
+            f" own copy; compute the loss through `{wrapper}(...)`"
             " ([verify]: gradients become averaged across ranks, the run trains differently)",
         )
 
 
+def _calls_wrapper(ctx: Context, wrapper: str, scope: Scope) -> bool:
+    return any(
+        c.scope is scope and dotted(c.node.func) in (wrapper, f"{wrapper}.forward")
+        for c in ctx.script.call_list
+    )
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     """Every finding of this module's rules on one script."""
-    yield from _check(ctx)
-    yield from _check_module_forward(ctx)
+    reported: set[int] = set()  # one finding per training function, whichever form it has
+    yield from _check(ctx, reported)
+    yield from _check_module_forward(ctx, reported)

@@ -97,15 +97,39 @@ class Wrappers:
                 parent = script.parents.get(parent)
             if not isinstance(parent, ast.Assign):
                 continue
+            args = call.node.args
             for target in parent.targets:
                 if kind in ("deepspeed", "prepared") and isinstance(target, ast.Tuple):
                     if kind == "deepspeed" and target.elts:
                         self._bind(target.elts[0], kind, call.scope)
                     else:
-                        for element in target.elts:
-                            self._bind(element, kind, call.scope)
-                else:
+                        for index, element in enumerate(target.elts):
+                            if not (
+                                kind == "prepared" and index < len(args) and self._frozen(args[index], call)
+                            ):
+                                self._bind(element, kind, call.scope)
+                elif not (kind == "prepared" and len(args) == 1 and self._frozen(args[0], call)):
                     self._bind(target, kind, call.scope)
+
+    def _frozen(self, model: ast.expr, prepare: Call) -> bool:
+        """A model frozen whole before `accelerator.prepare` (the last `model.requires_grad_(...)` above
+        it, in its function, says False): Accelerate wraps in DDP only a model with a parameter that
+        requires a gradient, so the name it returns is the plain module, whose forward never
+        communicates (a frozen LPIPS or CLIP net used for a loss)."""
+        name, last = dotted(model), None
+        for call in self.script.call_list:
+            if (
+                call.tail == "requires_grad_"
+                and call.scope is prepare.scope
+                and call.node.lineno < prepare.node.lineno
+                and name
+                and call.receiver is not None
+                and dotted(call.receiver) == name
+                and (last is None or call.node.lineno > last[0])
+            ):
+                flag = call.node.args[0] if call.node.args else call.kwarg("requires_grad")
+                last = (call.node.lineno, isinstance(flag, ast.Constant) and flag.value is False)
+        return last is not None and last[1]
 
     def _bind(self, target: ast.AST, kind: Kind, scope: Scope) -> None:
         if isinstance(target, ast.Name):
