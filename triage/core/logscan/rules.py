@@ -249,6 +249,9 @@ def inferred(events: list[Event], first: Event | None, scan: Scan) -> list[Infer
     if pair is not None:
         found.extend(_mismatch(pair, events, first))
     found.extend(_shared_gpu(scan))
+    from triage.core.logscan.device_rank import global_rank_device  # builds on Inferred, defined here
+
+    found.extend(i for i in (global_rank_device(events, scan),) if i is not None)
     from triage.core.logscan.heads import from_heads  # heads.py builds on Inferred, defined here
 
     found.extend(from_heads(scan.heads, quiet=first is None))
