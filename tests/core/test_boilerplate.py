@@ -110,5 +110,7 @@ def test_a_dump_flattened_into_one_line_loses_its_settings_not_the_sentence() ->
 def test_one_dash_and_one_colon_in_a_sentence_keep_it_whole() -> None:
     sentence = "training hangs - torch version: 2.1 on two nodes"
     assert drop_boilerplate(sentence) == sentence
-    run_on = "- `Accelerate` version: 0.15.0 - Python version: 3.8.0 - Platform: Linux - freezes at step 10 of 100"
+    run_on = (
+        "- `Accelerate` version: 0.15.0 - Python version: 3.8.0 - Platform: Linux - freezes at step 10 of 100"
+    )
     assert drop_boilerplate(run_on) == "freezes at step 10 of 100"
