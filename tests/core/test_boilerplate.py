@@ -96,3 +96,21 @@ def test_a_pasted_environment_does_not_move_the_answer(kb: KnowledgeBase, title:
     pasted = rank(kb, f"{title}\n\n{COLLECT_ENV}\n{ISSUE.split(chr(10), 1)[1]}", top=3)
     assert alone.best is not None and pasted.best is not None
     assert pasted.best.entry.id == alone.best.entry.id
+
+
+def test_a_dump_flattened_into_one_line_loses_its_settings_not_the_sentence() -> None:
+    # the accelerate issue's lines run together as an excerpt (or a paste without newlines) holds them
+    flattened = " - ".join(line.strip().lstrip("- ") for line in ISSUE.splitlines() if line.strip())
+    assert "\n" not in flattened and "mixed_precision" in flattened
+    kept = drop_boilerplate(flattened)
+    assert kept.startswith("NCCL timeout when try to save")
+    assert "mixed_precision" not in kept and "machine_rank" not in kept
+
+
+def test_one_dash_and_one_colon_in_a_sentence_keep_it_whole() -> None:
+    sentence = "training hangs - torch version: 2.1 on two nodes"
+    assert drop_boilerplate(sentence) == sentence
+    run_on = (
+        "- `Accelerate` version: 0.15.0 - Python version: 3.8.0 - Platform: Linux - freezes at step 10 of 100"
+    )
+    assert drop_boilerplate(run_on) == "freezes at step 10 of 100"

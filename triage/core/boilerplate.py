@@ -166,9 +166,40 @@ def _environment_key(key: str, value: str) -> bool:
     )
 
 
+_SETTING_WORDS = 5  # `NVIDIA A100 80GB PCIe`, `1.12.1 (True)`: a setting's value is a few words
+
+
+def _dump_segment(segment: str) -> bool:
+    """One `key: value` of an environment dump or a config listing, cut out of a flattened line."""
+    pair = _key_value(segment)
+    if pair is not None:
+        key, value = pair
+        # a long value is the poster's sentence run on after the dump's last setting
+        return len(value.split()) <= _SETTING_WORDS and (
+            _environment_key(key, value) or (_snake(key) and bool(value))
+        )
+    key, colon, value = segment.lstrip("-*• \t").partition(":")
+    return bool(colon) and _snake(key.strip()) and value.strip()[:1] in ("{", "[")
+
+
+def _unflatten_dump(line: str) -> str:
+    """A line into which a paste (or an excerpt) ran a dump's `- key: value` lines together
+    (`... hangs at inference. - distributed_type: DEEPSPEED - num_processes: 3 - zero_stage: 3`),
+    without the dump's settings: they describe the machine as the separate lines would. Two such
+    settings at least, so a sentence with one dash and one colon stays whole."""
+    if " - " not in line:
+        return line
+    segments = [part for chunk in line.split(" - ") for part in chunk.split(" ... ")]
+    dump = [_dump_segment(segment) for segment in segments]
+    if sum(dump) < 2:
+        return line
+    return " ".join(segment for segment, drop in zip(segments, dump, strict=True) if not drop)
+
+
 def drop_boilerplate(text: str) -> str:
     """The text without environment-dump and issue-template lines (the rest as written)."""
     if "\n" not in text:
+        text = _unflatten_dump(text)
         return _placeholders(text) if "[e.g." in text else text
     kept: list[str] = []
     nested_under: int | None = None  # the indent of a key whose settings follow, while inside them
@@ -203,5 +234,6 @@ def drop_boilerplate(text: str) -> str:
             or _heading_or_fence(stripped)
         ):
             continue
+        line = _unflatten_dump(line)
         kept.append(_placeholders(line) if "[e.g." in line else line)
     return "\n".join(kept)

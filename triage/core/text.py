@@ -54,7 +54,8 @@ STOPWORDS = frozenset(  # a word list reads better as text
     someone somebody something anything everything get gets got getting use used using uses also
     still even again like want need trying try tried seem seems seemed way one ever really actually
     maybe though however while after before during up down out off much many lot lots know think see
-    saw look looks looking run running ran issue problem question""".split()  # noqa: SIM905
+    saw look looks looking run running ran issue problem question complain complains complained
+    complaining""".split()  # noqa: SIM905
 )
 
 # File name extensions of source code: a chunk ending in one (maybe with :line) names a file.
