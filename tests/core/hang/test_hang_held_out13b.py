@@ -30,6 +30,8 @@ def test_a_handler_that_always_raises_again_is_no_retry(
     _variant(tmp_path, monkeypatch, "z_d19_retry_decorator_barrier", 47, "with log_context():")
     picture = _job("z_d19_retry_decorator_barrier", "python")
     assert "retry loop" not in picture.verdict, _says(picture)
+    # the wrapper is called straight from `norm = self.check_step()`: no library callback either
+    assert "callback" not in picture.verdict, _says(picture)
 
 
 @pytest.mark.parametrize(

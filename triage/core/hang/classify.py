@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import ClassVar
 
 from triage.core.hang.stacks import Frame, LineContext, RankSample, ThreadStack
@@ -75,6 +76,9 @@ class RankState:
     # Every user frame of the stack with the context of its line, innermost first: the calls that
     # led there, compared with another rank's to find where their paths part.
     path: tuple[tuple[Frame, LineContext | None], ...] = ()
+    # The user frames called straight from a user frame (no library code between them), as
+    # `file:line`: a decorator's wrapper is called by the line that names the function it wraps.
+    direct: frozenset[str] = frozenset()
 
     NO_LAUNCHER: ClassVar[str] = "none"  # a plain `python` per rank: nothing started the ranks
 
@@ -334,6 +338,9 @@ def _classify_main(sample: RankSample) -> RankState:
         conditions=_conditions(sample),
         launcher=sample.launcher,
         path=tuple((f, sample.contexts.get(f.where())) for f in frames if not is_library(f.file)),
+        direct=frozenset(
+            f.where() for f, caller in pairwise(frames) if not (is_library(f.file) or is_library(caller.file))
+        ),
     )
     # Only above the user's innermost frame: a script run under `python -m pdb` or an IDE's debugger
     # has its frames at the bottom of every stack, and is stopped only when they are on top.
