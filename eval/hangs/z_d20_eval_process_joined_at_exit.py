@@ -1,5 +1,5 @@
 """A tabular trainer that evaluates "off the critical path": each rank starts an `EvalWorker`
-process (multiprocessing, spawn context, not a daemon, because daemons may not start DataLoader
+process (multiprocessing, fork context, not a daemon, because daemons may not start DataLoader
 workers of their own) and hands it snapshots through a queue. `Trainer.close()` sends the stop
 sentinel, but it is only reached at the normal end of `fit()`, not in a `finally`. When a rank
 raises, its traceback is printed and the interpreter's exit hook (multiprocessing's
@@ -96,7 +96,7 @@ class Trainer:
         self.model = TabularNet(cfg.columns)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=0.9)
         self.rows = load_rows(rank, cfg.rows_per_rank, cfg.columns)
-        ctx = mp.get_context("spawn")
+        ctx = mp.get_context("fork")
         self.inbox: mp.Queue = ctx.Queue(maxsize=4)
         self.outbox: mp.Queue = ctx.Queue()
         self.evaluator = ctx.Process(target=eval_worker, args=(self.inbox, self.outbox, rank), daemon=False)
