@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import ClassVar
 
 from triage.core.hang.stacks import Frame, LineContext, RankSample, ThreadStack
@@ -75,6 +76,9 @@ class RankState:
     # Every user frame of the stack with the context of its line, innermost first: the calls that
     # led there, compared with another rank's to find where their paths part.
     path: tuple[tuple[Frame, LineContext | None], ...] = ()
+    # The user frames called straight from a user frame (no library code between them), as
+    # `file:line`: a decorator's wrapper is called by the line that names the function it wraps.
+    direct: frozenset[str] = frozenset()
 
     NO_LAUNCHER: ClassVar[str] = "none"  # a plain `python` per rank: nothing started the ranks
 
@@ -130,8 +134,9 @@ _READS_STDIN = re.compile(r"(?<![\w.])input\(|\bstdin\.read")
 _DEBUGGER_FILES = ("/bdb.py", "/pdb.py")
 _DEBUGGER_DIRS = ("/pudb/", "/debugpy/", "/pydevd", "/_pydevd_bundle/")
 _STORE_VIA = "a key-value store wait: for a key another rank sets"
-# An interactive console opened from the code (code.interact, IPython's embed): a prompt, as pdb's.
-_CONSOLE_FILES = ("/code.py",)
+# An interactive console opened from the code (code.interact, IPython's embed, a shell of the
+# user's own built on `cmd.Cmd`, whose cmdloop() reads stdin): a prompt, as pdb's.
+_CONSOLE_FILES = ("/code.py", "/cmd.py")
 # Libraries' prompts that read the terminal (a password, a confirmation): getpass falls back to
 # stdin where there is no terminal, as under a launcher.
 _PROMPT_FILES = ("/getpass.py", "/click/termui.py", "/rich/prompt.py")
@@ -247,11 +252,29 @@ def _waits_for_thread(frames: tuple[Frame, ...]) -> bool:
 # traceback) and Python waits for the non-daemon threads still running before the process ends.
 # Above `threading._shutdown` sit only its exit hooks (`threading._register_atexit`: a
 # ThreadPoolExecutor's `_python_exit` joins its workers), never the script's own frames.
+# multiprocessing's own exit hook (`util._exit_function`) likewise joins every non-daemon child
+# process the script started: one that waits for work nobody will send keeps the rank alive.
 _ENDED = "its script ended (returned or raised); a non-daemon thread keeps the process alive"
+_ENDED_CHILD = (
+    "its script ended (returned or raised); the exit joins a non-daemon child process that never ends"
+)
+_EXIT_HOOKS = {
+    ("_shutdown", "/threading.py"): _ENDED,
+    ("_exit_function", "/multiprocessing/util.py"): _ENDED_CHILD,
+}
 
 
-def _script_ended(frames: tuple[Frame, ...]) -> bool:
-    return bool(frames) and frames[-1].function == "_shutdown" and frames[-1].file.endswith("/threading.py")
+def _script_ended(frames: tuple[Frame, ...]) -> str:
+    """Why the main thread's script is over (an exit hook at the bottom of its stack), or ""."""
+    last = frames[-1] if frames else None
+    return next(
+        (
+            why
+            for (fn, end), why in _EXIT_HOOKS.items()
+            if last and last.function == fn and last.file.endswith(end)
+        ),
+        "",
+    )
 
 
 def classify(sample: RankSample) -> RankState:
@@ -261,12 +284,14 @@ def classify(sample: RankSample) -> RankState:
     even when a thread of it sits in a collective; a main thread at the interpreter's exit with no
     thread in a collective is a rank that has ended, as good as gone for the others."""
     state = _classify_main(sample)
-    if state.kind != "waiting" or not _waits_for_thread(sample.frames):
+    # An exit hook's wait may poll (a child's exit status): the rank has ended, busy or not.
+    ended = _script_ended(sample.frames) if state.kind in ("waiting", "computing") else ""
+    if not ended and (state.kind != "waiting" or not _waits_for_thread(sample.frames)):
         return state
     thread = next((t for t in sample.threads if in_distributed(t.frames)), None)
     if thread is not None:
         return _in_thread(state, sample, thread)
-    return replace(state, kind="exited", detail=_ENDED) if _script_ended(sample.frames) else state
+    return replace(state, kind="exited", detail=ended) if ended else state
 
 
 # Collectives torch issues from C++ with no torch.distributed Python entry point on the stack: an
@@ -313,6 +338,9 @@ def _classify_main(sample: RankSample) -> RankState:
         conditions=_conditions(sample),
         launcher=sample.launcher,
         path=tuple((f, sample.contexts.get(f.where())) for f in frames if not is_library(f.file)),
+        direct=frozenset(
+            f.where() for f, caller in pairwise(frames) if not (is_library(f.file) or is_library(caller.file))
+        ),
     )
     # Only above the user's innermost frame: a script run under `python -m pdb` or an IDE's debugger
     # has its frames at the bottom of every stack, and is stopped only when they are on top.
@@ -323,7 +351,11 @@ def _classify_main(sample: RankSample) -> RankState:
         is_library(f.file) and (f.file.endswith(_CONSOLE_FILES) or any(d in f.file for d in _CONSOLE_DIRS))
         for f in above
     ):
-        return replace(base, kind="debugger", detail="an interactive console (code.interact, IPython embed)")
+        return replace(
+            base,
+            kind="debugger",
+            detail="an interactive console (code.interact, IPython embed, a cmd.Cmd shell)",
+        )
     code = base.context.code if base.context is not None else ""
     if frames and frames[0] is mine and not sample.active and _READS_STDIN.search(code):
         return replace(base, kind="stdin")

@@ -64,8 +64,8 @@ def relayed(odd: RankState, other: RankState) -> tuple[int, str, str] | None:
     called = [f for f, _ in reversed(odd.path)][depth + 1 : depth + 2]
     hook = called[0].function if called else ""
     name = hook.rsplit(".", 1)[-1]  # py-spy names a method `Class.method`
-    if not name or _IMPLIED.match(name):
-        return None
+    if not name or _IMPLIED.match(name) or called[0].where() in odd.direct:
+        return None  # called from the line itself: a decorator's wrapper, no library between
     if re.search(rf"\b{re.escape(name)}\s*\(", o_ctx.code):
         return None  # called by name: its own control flow is the other readings'
     return o_line, o_ctx.code, hook

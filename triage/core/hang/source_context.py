@@ -114,16 +114,28 @@ def _final(chain: list[ast.AST], line: int) -> tuple[int, int, int] | None:
     return None
 
 
+def _always_raises(body: list[ast.stmt]) -> bool:
+    """Whether a block raises on every path through it: a `raise` at its own level (or in a `with`
+    there), or an `if` both of whose branches do. A `raise` under a one-sided `if` (a retry's
+    `if attempt == tries: raise`) lets the other path go on."""
+    for stmt in body:
+        if isinstance(stmt, ast.Raise):
+            return True
+        if isinstance(stmt, ast.With) and _always_raises(stmt.body):
+            return True
+        if isinstance(stmt, ast.If) and _always_raises(stmt.body) and _always_raises(stmt.orelse):
+            return True
+    return False
+
+
 def _swallowed(chain: list[ast.AST], line: int) -> tuple[int, int, int] | None:
     """The innermost `try` of this function whose body holds `line` and one of whose handlers
-    does not raise again, as (try line, handler line, last line of the statement)."""
+    does not always raise again, as (try line, handler line, last line of the statement)."""
     for node in reversed(chain):
         if isinstance(node, _FUNCTIONS):
             return None
         if isinstance(node, ast.Try) and any(_contains(stmt, line) for stmt in node.body):
-            quiet = next(
-                (h for h in node.handlers if not any(isinstance(n, ast.Raise) for n in ast.walk(h))), None
-            )
+            quiet = next((h for h in node.handlers if not _always_raises(h.body)), None)
             if quiet is not None:
                 return node.lineno, quiet.lineno, _span(node)[1]
     return None
