@@ -153,10 +153,18 @@ KNOWN_MISSES = {
     # (`utils.save_checkpoint(net, optim, ..., f"{dir}/G_{epoch}.pth")`) on every device; from the
     # call alone a helper that gates itself inside (SparK's) looks the same (eval/lint/README.md):
     "fix_so_vits_svc_fork_1aaaac6_checkpoints_every_device.py",
+    # Session 13b's batch (eval/lint/README.md): a trainer class iterating `self.train_dataloader`
+    # it was handed, with nothing in the file saying how the loader samples; a library's fsspec
+    # `fs.makedirs` under `if not fs.exists(path):` in a module with no sign of processes (the DDP
+    # strategy is Lightning's, chosen by the user); a Lightning callback appended after the rank-0
+    # early return, whose extra traced forwards only rank 0 then runs.
+    "fix_e2eaiok_a71e2e9f_bert_trainer_no_set_epoch.py",
+    "fix_neuralforecast_4148b4d6_makedirs_every_rank.py",
+    "fix_zetta_utils_2c43566d_callback_rank0_only.py",
 }
-# Session 12c's batch added one test-split miss, session 13's two (counted, not read;
-# eval/lint/README.md).
-TEST_SPLIT_MISSES_AT_MOST = 18
+# Session 12c's batch added one test-split miss, session 13's two, session 13b's two (counted, not
+# read; eval/lint/README.md).
+TEST_SPLIT_MISSES_AT_MOST = 20
 
 
 def test_the_bugs_github_threads_established_are_found() -> None:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 from triage.core.lint.context import Context
 from triage.core.lint.data_lengths import evaluated_without_sync, step_budget, streamed
+from triage.core.lint.epoch_loaders import REPLAYS, distributed_helper_loaders
 from triage.core.lint.model import Finding, Rule
 from triage.core.lint.patterns import is_backward, keyword_value, kwarg_true, value_before, world_size
 from triage.core.lint.reach import for_evaluation, has_entry, reached, runs_once
@@ -292,6 +293,9 @@ def _check_set_epoch(ctx: Context) -> Iterator[Finding]:
             f"this DistributedSampler shuffles, but nothing calls set_epoch(){once}: every epoch uses"
             " epoch 0's permutation (same batches, same order); call sampler.set_epoch(epoch) each epoch",
         )
+    if not (samplers or epochs) and ctx.wrappers.of_kind("ddp", "fsdp"):
+        for call in distributed_helper_loaders(ctx, handed=run_arguments(ctx))[:1]:
+            yield ctx.finding(TRG022, call.node, f"{ctx.script.text(call.node.func, 40)}() {REPLAYS}")
 
 
 def _builder_for_another_module(ctx: Context, call: Call) -> bool:

@@ -276,7 +276,8 @@ def _write(ctx: Context, call: Call) -> str | None:
         tail == "save_pretrained"
         and call.kwarg("is_main_process") is None
         and call.kwarg("save_function") is None  # `accelerator.save` writes on the main process only
-        and not call.has_star_kwargs()
+        and (not call.has_star_kwargs() or _passes_on_plain_kwargs(ctx, call))
+        and ctx.script.local_function(call.node) is None  # this file's own method: judged inside
         and not _metadata(ctx, call)
         and not _trainer_script(ctx)
     ):
@@ -334,6 +335,32 @@ def _metadata(ctx: Context, call: Call) -> bool:
     the weights whose concurrent writes corrupt a checkpoint."""
     receiver = ctx.script.text(call.receiver, 80).lower() if call.receiver is not None else ""
     return any(word in receiver for word in _METADATA_WORDS)
+
+
+_SAVE_CHOICES = ("is_main_process", "save_function")
+
+
+def _passes_on_plain_kwargs(ctx: Context, call: Call) -> bool:
+    """`def save_pretrained(self, d, **kwargs): model.save_pretrained(d, **kwargs)`: the only
+    `**` is the function's own, and no call in the file hands it `is_main_process=` or
+    `save_function=` (or a `**` of its own), so the plain call, the one this file makes, writes on
+    every rank. Only in a file that wraps a model for its processes: a converter's helper that
+    passes options on runs in one process."""
+    if not ctx.wrappers.of_kind("ddp", "fsdp", "fsdp2", "deepspeed", "prepared", "accelerator", "fabric"):
+        return False
+    function = ctx.script.scope_of(call.node)
+    if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) or function.args.kwarg is None:
+        return False
+    own = function.args.kwarg.arg
+    stars = [k.value for k in call.node.keywords if k.arg is None]
+    if not all(isinstance(v, ast.Name) and v.id == own for v in stars):
+        return False
+    for other in ctx.script.call_list:
+        if other.tail != function.name or other.node is call.node:
+            continue
+        if other.has_star_kwargs() or any(other.kwarg(k) is not None for k in _SAVE_CHOICES):
+            return False
+    return True
 
 
 def _trainer_script(ctx: Context) -> bool:
