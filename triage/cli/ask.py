@@ -144,7 +144,7 @@ def _report(kb: object, match: object, args: argparse.Namespace | SimpleNamespac
         lines.append(style.paint("No entry matches this well.", BOLD))
         lines.append("Try other words, paste the exact error line, or walk the questions with `triage`.")
         lines += ["", "Closest entries, for what they are worth:", *ranking(match.hits)]
-        asked = question_lines(match.question, style) if match.question is not None else []
+        asked = question_lines(match.question, style, unsure=True) if match.question is not None else []
         return [*lines, *(["", *asked] if asked else [])]
     if args.brief:
         return [

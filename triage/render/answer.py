@@ -67,14 +67,16 @@ def cut(lines: list[str], room: int, rest: str) -> list[str]:
     return [*lines[:keep], f"  … {hidden} more lines of the fix: {rest}"]
 
 
-def question_lines(question: object, style: Style) -> list[str]:
-    """The graph's question that separates the two close answers, with the answer leading to each."""
+def question_lines(question: object, style: Style, unsure: bool = False) -> list[str]:
+    """The graph's question that separates the two best answers (close ones, or both below the
+    confidence an answer needs: `unsure`), with the answer leading to each."""
     prompt = getattr(question, "prompt", "")
     options: Sequence[tuple[str, str]] = getattr(question, "options", ())
     if not prompt or not options:
         return []
     ids = " and ".join(entry_id for _, entry_id in options)
-    lines = [style.paint(f"Close call between {ids}. The question that separates them:", BOLD)]
+    heading = "Not sure between" if unsure else "Close call between"
+    lines = [style.paint(f"{heading} {ids}. The question that separates them:", BOLD)]
     lines.append(f"  {prompt}")
     lines += [f"    “{label}” → {entry_id}" for label, entry_id in options]
     return lines
