@@ -162,9 +162,9 @@ KNOWN_MISSES = {
     "fix_neuralforecast_4148b4d6_makedirs_every_rank.py",
     "fix_zetta_utils_2c43566d_callback_rank0_only.py",
 }
-# Session 12c's batch added one test-split miss, session 13's two, session 13b's two (counted, not
-# read; eval/lint/README.md).
-TEST_SPLIT_MISSES_AT_MOST = 20
+# Session 12c's batch added one test-split miss, session 13's two, session 13b's two, session 13c's
+# two, of which its mechanism then found one (counted, not read; eval/lint/README.md).
+TEST_SPLIT_MISSES_AT_MOST = 21
 
 
 def test_the_bugs_github_threads_established_are_found() -> None:

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from triage.core import launchers
 from triage.core.lint.rank_terms import MAIN_NAMES, main_decorator
-from triage.core.lint.snippets import implicit_imports
+from triage.core.lint.snippets import bound_names, implicit_frameworks, implicit_imports
 from triage.core.lint.source import parse
 
 Scope = ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
@@ -158,6 +158,7 @@ class Script:
         # checks never walk the whole tree again.
         self._scopes: dict[ast.AST, Scope] = {}
         self._by_type: dict[type[ast.AST], list[ast.AST]] = {}
+        self._implied: set[str] = set()  # frameworks a snippet's unbound objects imply
         self._index()
         self.frameworks = self._frameworks()
 
@@ -219,7 +220,10 @@ class Script:
             nodes.sort(key=_position)
         defined = set(self.functions) | set(self.classes)
         names = [*by_type.get(ast.Name, []), *by_type.get(ast.arg, [])]
-        self.imports.update(implicit_imports(names, defined, self.imports))  # a pasted snippet's
+        bound = bound_names(names, defined, self.imports)
+        fragment = not self.imports
+        self.imports.update(implicit_imports(names, bound))  # a pasted snippet's
+        self._implied = implicit_frameworks(by_type.get(ast.Attribute, []), bound, fragment)
         raw_calls.sort(key=lambda item: (item[0].lineno, item[0].col_offset))
         self.call_list = [Call(node, self.qual(node.func) or "", scope) for node, scope in raw_calls]
 
@@ -239,7 +243,7 @@ class Script:
                 self.words.add(alias.name)
 
     def _frameworks(self) -> frozenset[str]:
-        found: set[str] = set()
+        found: set[str] = set(self._implied)
         for target in self.imports.values():
             if _project_setup_helper(target):
                 found.add("torch.distributed")
