@@ -41,8 +41,18 @@ def test_a_paste_from_another_stack_gets_no_diagnosis_from_words(kb: KnowledgeBa
 
 
 def test_nccl_output_without_a_signature_goes_to_the_query_engine(kb: KnowledgeBase) -> None:
-    verdict = verdict_for(kb, NCCL_INTERFACES)
+    """The paste's first interface alone (a bond, no bridge) matches no signature."""
+    verdict = verdict_for(kb, "\n".join(NCCL_INTERFACES.splitlines()[:2]) + "\n")
     assert verdict.found and verdict.by_query_engine
+    assert verdict.diagnoses[0].entry_id == "MN2"
+
+
+def test_a_wrapped_interface_list_naming_container_bridges_is_the_wrong_nic(
+    kb: KnowledgeBase,
+) -> None:
+    """NCCL's interface list wrapped one per line, with docker bridges and veths: MN2's signature."""
+    verdict = verdict_for(kb, NCCL_INTERFACES)
+    assert verdict.found and not verdict.by_query_engine
     assert verdict.diagnoses[0].entry_id == "MN2"
 
 
