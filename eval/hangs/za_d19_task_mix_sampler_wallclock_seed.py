@@ -130,7 +130,9 @@ def run(rank: int, root: str) -> None:
             if task == "contrastive":
                 loss = contrastive_loss(z)
             else:
-                loss = nn.functional.mse_loss(model.regress(z).squeeze(-1), x.float().mean(-1) / len(data.vocab))
+                loss = nn.functional.mse_loss(
+                    model.regress(z).squeeze(-1), x.float().mean(-1) / len(data.vocab)
+                )
             opt.zero_grad()
             loss.backward()
             sync_grads(model)

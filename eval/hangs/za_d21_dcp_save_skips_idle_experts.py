@@ -85,7 +85,11 @@ class Trainer:
         self.gen = torch.Generator().manual_seed(rank)
 
     def _sync_dense(self) -> None:
-        for p in list(self.model.trunk.parameters()) + list(self.model.router.parameters()) + list(self.head.parameters()):
+        for p in (
+            list(self.model.trunk.parameters())
+            + list(self.model.router.parameters())
+            + list(self.head.parameters())
+        ):
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             dist.all_reduce(p.grad)
