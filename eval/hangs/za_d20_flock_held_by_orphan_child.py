@@ -58,7 +58,7 @@ def build_cache() -> None:
     with open(CACHE / "cache.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         reporter = mp.get_context("fork").Process(
-            target=heartbeat, args=(CACHE / "heartbeat.json", 1.0), daemon=True
+            target=heartbeat, args=(CACHE / "heartbeat.json", 30.0), daemon=True
         )
         reporter.start()
         records = b"".join(len(r).to_bytes(4, "little") + r for r in [b"hello world"] * 64)
