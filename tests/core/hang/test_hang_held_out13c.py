@@ -69,3 +69,19 @@ def test_a_rank_that_raised_mid_epoch_waits_in_its_context_managers_finally() ->
     picture = _job("za_d20_context_finally_barrier_node_cache", "torchrun")
     assert [d.entry for d in picture.diagnoses][:2] == ["D20", "D19"], _says(picture)
     assert picture.suspect_ranks == (2, 3)
+
+
+def test_a_pipeline_stage_that_skips_a_micro_batch_is_the_odd_one() -> None:
+    """Stage 1 skips a micro-batch with no target token (`continue` before its recv); stage 0 waits
+    for that micro-batch's gradient, stage 1 for the next step's activations: both in recv, no peer
+    named wrong (read D19 with no odd rank before)."""
+    picture = _job("za_d9_pipeline_last_stage_skips_masked", "torchrun")
+    assert [d.entry for d in picture.diagnoses][:2] == ["D9", "D19"], _says(picture)
+    assert picture.suspect_ranks == (1,)
+    assert "point-to-point" in picture.verdict
+
+
+def test_a_p2p_pair_with_no_skip_on_either_side_keeps_its_reading() -> None:
+    """The crossed-peer pipeline (a recv naming the wrong source) is p2p.py's, not a skip."""
+    picture = _job("w_d19_pipeline_recv_wrong_src", "torchrun")
+    assert "skipped a point-to-point" not in picture.verdict, _says(picture)
