@@ -10,14 +10,16 @@ the early rank round the counted loop again, not out of it: only an exception is
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from triage.core.hang.stacks import LineContext
 
 _RANGE = re.compile(r"^for \w+ in range\(")
 
 
-def counted_around_data(deeper: list[tuple[object, LineContext]], data_header: Callable[[str], bool]) -> bool:
+def counted_around_data(
+    deeper: Sequence[tuple[object, LineContext]], data_header: Callable[[str], bool]
+) -> bool:
     """Whether, on a rank's frames past the parting point (`deeper`, outermost first), a counted
     loop (`for epoch in range(...)`) encloses a loop over the data (`data_header(header)`)."""
     headers = [header for _, ctx in deeper for _, _, header in ctx.blocks if not header.startswith("if ")]

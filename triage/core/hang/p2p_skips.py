@@ -39,7 +39,11 @@ def p2p_skipped(picture: HangPicture, samples: Sequence[RankSample]) -> HangPict
         or picture.diagnoses[0].entry not in ("D19", "D21")
     ):
         return picture
-    skipping = {r.rank: r.context.skips[0] for r in ranks if r.context is not None and r.context.skips}
+    skipping = {
+        r.rank: r.context.skips[0]
+        for r in ranks
+        if r.rank is not None and r.context is not None and r.context.skips
+    }
     if not skipping or len(skipping) == len(ranks):
         return picture
     odd = tuple(sorted(skipping))
