@@ -34,6 +34,7 @@ from triage.core.hang.mismatch import (
     wait_in_new_group,
 )
 from triage.core.hang.p2p import p2p_apart
+from triage.core.hang.p2p_skips import p2p_skipped
 from triage.core.hang.record_compare import agreement, compare, state_from_record
 from triage.core.hang.recorded import RankRecord
 from triage.core.hang.roots import disagreed_root
@@ -156,7 +157,7 @@ def analyse(samples: list[RankSample], records: Sequence[RankRecord] = ()) -> Ha
     else:
         picture = _never_started(analyse_states(states, world, visible_slots(samples, world)), asked)
     picture = disagreed_root(lock_cycle(_extra_thread(picture, samples), samples), samples)
-    picture = p2p_apart(claimed_apart(picture, samples), samples)
+    picture = p2p_skipped(p2p_apart(claimed_apart(picture, samples), samples), samples)
     return with_records(drifted(picture, samples), read, records)
 
 

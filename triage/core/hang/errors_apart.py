@@ -208,6 +208,13 @@ def _own_period(groups: tuple[Group, ...]) -> Reading | None:
                 describe_groups(groups),
             )
             verdict = f"the ranks disagree on the period of `{found[1]}` (a per-rank setting)"
+            if any(found[0] in c.length_periods for _, c in odd.state.path if c is not None):
+                # A period taken from the length of each rank's own loader or shard: those lengths differ.
+                evidence = (
+                    evidence[0] + "; the period takes the length of the rank's own data",
+                    *evidence[1:],
+                )
+                return [Diagnosis("D22", evidence), Diagnosis("D19", evidence)], fewer(odd, groups), verdict
             return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], fewer(odd, groups), verdict
     return None
 

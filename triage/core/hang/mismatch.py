@@ -28,7 +28,6 @@ from triage.core.hang.loop_exits import left_otherwise, skip_entries, skip_why
 from triage.core.hang.outer_exits import broke_out, relayed, relayed_why
 from triage.core.hang.paired_branches import paired_branches
 from triage.core.hang.paths import (
-    RANDOM_DRAW,
     branch_only,
     conditional_only,
     context,
@@ -45,6 +44,7 @@ from triage.core.hang.paths import (
     skipped_iteration,
     unwound,
 )
+from triage.core.hang.seeds import drawn
 from triage.core.hang.stacks import agree, rank_label
 
 T = TypeVar("T")
@@ -409,10 +409,10 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             described,
         )
         verdict = f"{rank_label(odd.ranks)} {agree(odd.ranks, 'is', 'are')} in a collective that only some ranks reach (`{header}`)"
-        if RANDOM_DRAW.search(header):
+        if drawn(header, odd.state):
             evidence = (
-                f"{evidence[0]}; its test draws a random number, and each rank's generator "
-                "is seeded apart (or not at all), so the ranks' draws differ",
+                f"{evidence[0]}; {drawn(header, odd.state)}, and each rank's generator is seeded "
+                "apart, so the ranks' draws differ",
                 described,
             )
             return [Diagnosis("D19", evidence), Diagnosis("D21", evidence)], fewer(odd, groups), verdict
@@ -432,7 +432,7 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             described,
         )
         verdict = f"{rank_label(odd.ranks)} {agree(odd.ranks, 'is', 'are')} in a collective only some ranks reach (`{header}`)"
-        entries = ["D19", "D21"] if drifts or RANDOM_DRAW.search(header) else ["D21", "D19"]
+        entries = ["D19", "D21"] if drifts or drawn(header, odd.state) else ["D21", "D19"]
         return [Diagnosis(e, evidence) for e in entries], fewer(odd, groups), verdict
     hooked = _first_pair(groups, relayed)
     if hooked:

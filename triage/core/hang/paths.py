@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable
 
 from triage.core.hang.classify import RankState
+from triage.core.hang.counted_outer import counted_around_data
 from triage.core.hang.grad_skips import unused_gradient
 from triage.core.hang.source_context import RANK_TEST
 from triage.core.hang.stacks import Frame, LineContext
@@ -357,7 +358,10 @@ def unwound(early: RankState, busy: RankState) -> tuple[int, bool, bool] | None:
     if not inner or not (inner[0][0].function.endswith("exit__") or inner[0][1].final is not None):
         return None
     loops = busy_loops(early, busy)
-    only_raised = not e_ctx.managed_jumps and none_over_data(h for _, _, h, _ in loops)
+    out_of_data = not none_over_data(h for _, _, h, _ in loops)
+    if out_of_data and counted_around_data(_outermost_first(busy)[depth + 1 :], data_header):
+        out_of_data = False  # out of data, it would have gone round the counted loop again
+    only_raised = not e_ctx.managed_jumps and not out_of_data
     return managed[0], only_raised, inner[0][1].suppresses or e_ctx.swallowed is not None
 
 

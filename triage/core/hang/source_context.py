@@ -31,6 +31,13 @@ _STORE_MADE = r"(?:\b\w*Store\(|_get_default_store\(\)|\.store\b)"
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
+# A generator seeded from the clock, on one line: the seeding call, then a clock read in its
+# arguments (`random.Random(int(time.time()))`): ranks started apart draw apart (seeds.py).
+CLOCK_SEED = re.compile(
+    r"\b(?:\w*seed|Random|RandomState|default_rng|Generator)\w*\([^\n]*"
+    r"\b(?:time\.(?:time|time_ns|monotonic|perf_counter)|datetime\.(?:now|utcnow)|now)\("
+)
+
 
 def _span(node: ast.AST) -> tuple[int, int]:
     start = getattr(node, "lineno", 0)
@@ -352,6 +359,7 @@ def line_context(source: str, line: int) -> LineContext:
         if any(isinstance(n, _FUNCTIONS) for n in chain[index + 1 :]):
             loop_node = None
     managed, managed_jumps = _managed(chain, line)
+    tests = [n for n in chain[_own_function(chain) :] if isinstance(n, ast.If) and _in_body(n, line)]
     exhausting, endless = loop_ends(tree, chain[_own_function(chain) :])
     hook, made_under = (
         _run_by_interpreter(tree, chain, source, function) if function != "<module>" else ("", "")
@@ -387,7 +395,7 @@ def line_context(source: str, line: int) -> LineContext:
         guarded_jumps=rank_jumps(chain, source, ANY_TEST),
         error_exits=error_exits(chain[_own_function(chain) :]),
         error_skips=error_skips(chain[_own_function(chain) :]),
-        derived_periods=derived_periods(
-            own, [n for n in chain[_own_function(chain) :] if isinstance(n, ast.If) and _in_body(n, line)]
-        ),
+        derived_periods=derived_periods(own, tests),
+        length_periods=derived_periods(own, tests, from_length=True),
+        clock_seeded=CLOCK_SEED.search(source) is not None,
     )

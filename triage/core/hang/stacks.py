@@ -105,6 +105,11 @@ class LineContext:
     # The `if`s around the line (own function) testing `step % every` where `every` is bound there
     # from values of the rank's own (`every = EVAL_TOKENS // tokens.numel()`): periods.py.
     derived_periods: tuple[int, ...] = ()
+    # Of those, the ones whose period takes the length of a value of the rank's own (`every =
+    # len(loader) // 2`): the ranks' loaders differ in length (D22).
+    length_periods: tuple[int, ...] = ()
+    # The file seeds a random generator from the wall clock (seeds.py): the ranks' draws differ.
+    clock_seeded: bool = False
     # The `try`s in the loops of the line's own function around it whose broad `except` goes on to
     # the next iteration, as (the loop's first line, the `try` line, its body's last line, the
     # clause's header): iteration.py.
