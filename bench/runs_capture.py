@@ -145,6 +145,12 @@ EXTRA: dict[str, str] = {
     "dcp_resume_dir_name_typo.py": "cpp-info",
     "store_get_key_never_set.py": "cpp-info",
     "fsdp2_manual_grad_allreduce.py": "cpp-stack",
+    # session 13b (written before the engine was read)
+    "master_addr_with_port.py": "cpp-stack",
+    "forward_hook_allreduce_rank0.py": "loglevel-info",
+    "set_epoch_on_batch_sampler_spawn.py": "detail",
+    "download_before_init_timeout.py": "cpp-info",
+    "mesh_from_local_world_nproc_differs.py": "detail",
 }
 # Variables that would make a run look launched or change torch's output (as triage.repro scrubs).
 _SCRUB = (
