@@ -27,6 +27,7 @@ QUERIES = [
     "RuntimeError: Address already in use",
     "all processes end up on GPU 0",
     "it does not work",
+    "training freezes after a few hundred steps on 8 GPUs",  # no answer, but the separating question
 ]
 HEAVY = ("torch", "textual", "markdown_it", "yaml", "rich", "rapidfuzz", "wordfreq", "argparse")
 TARGET = 3.5
