@@ -46,3 +46,16 @@ def test_nonsense_is_said_plainly(kb: KnowledgeBase) -> None:
     found = suggest(kb, _start(kb), text, at_start=False)
     what = reply(found, text, chosen=found.first, explicit=False, mid_walk=True, can_answer=True)
     assert what.action == "none" and "could not match" in what.message
+
+
+def test_a_report_too_weak_to_answer_gets_its_two_candidates_and_their_question(kb: KnowledgeBase) -> None:
+    # where no option of a question takes the words (at a question, "froze mid-run" answers it)
+    text = "training freezes after a few hundred steps on 8 GPUs"
+    found = suggest(kb, None, text, at_start=True)
+    assert found.verdict == "no_match" and found.question is not None
+    what = reply(found, text, chosen=found.first, explicit=False, mid_walk=False, can_answer=False)
+    assert what.action == "suspect"
+    candidates = [entry_id for _, entry_id in found.question.options]
+    assert [s.entry_id for s in what.suspects] == candidates
+    assert found.question.prompt in what.message
+    assert all(f"→ {entry_id}" in what.message for entry_id in candidates)

@@ -116,6 +116,18 @@ def reply(
     words that fit an option answer the question, and words that fit no option but describe another
     problem name the suspects, so one stray sentence does not throw away the walk."""
     weak = found.verdict == "no_match" and not explicit
+    question = found.question
+    if weak and question is not None and (chosen is None or chosen.kind == "entry"):
+        # Not sure, but two candidates and the graph's question between them beat "no match":
+        # the user answers it in their head and jumps (j) to the entry that answer leads to.
+        by_id = {e.entry_id: e for e in found.entries}
+        suspects = tuple(by_id[entry_id] for _, entry_id in question.options if entry_id in by_id)
+        answers = "".join(f"\n  “{label}” → {entry_id}" for label, entry_id in question.options)
+        ids = " or ".join(entry_id for _, entry_id in question.options)
+        message = (
+            f"Not sure about “{text}”: {ids}. The question that separates them: {question.prompt}{answers}"
+        )
+        return Reply("suspect", message, suspects=suspects)
     if chosen is None or (chosen.kind == "entry" and weak):
         closest = f" The closest entry is {chosen.entry_id}, but it is a weak match." if chosen else ""
         message = f"I could not match “{text}” to an answer or an entry.{closest} Pick an answer, or try other words."
