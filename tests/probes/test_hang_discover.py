@@ -3,13 +3,17 @@ a rank given on the command line."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from probes.hang.discover import Proc, find_ranks, launcher_name
+from probes.hang.discover import Proc, find_ranks, launcher_name, leftover_children
+
+PROCTABLES = Path(__file__).resolve().parents[1] / "fixtures" / "hang" / "proctables"
 
 
 @pytest.mark.parametrize(
@@ -141,3 +145,47 @@ def test_a_tool_a_rank_starts_through_a_shell_is_not_a_rank() -> None:
     }
     assert [p.pid for p in find_ranks([10], procs)] == [11, 12]
     assert [p.pid for p in find_ranks([12], procs)] == [11, 12]
+
+
+def _table(name: str) -> dict[int, Proc]:
+    """A process table recorded from /proc while a job hung (tests/fixtures/hang/proctables)."""
+    data = json.loads((PROCTABLES / f"{name}.json").read_text(encoding="utf-8"))
+    rows = (Proc(r["pid"], r["ppid"], tuple(r["argv"]), r["env"], r["readable"]) for r in data["procs"])
+    return {p.pid: p for p in rows}
+
+
+def test_a_dead_rank_s_orphaned_child_is_not_taken_for_the_rank() -> None:
+    """Recorded: a shell loop's rank 0 died of SIGSEGV; the reporter it forked (RANK=0 inherited)
+    was reparented to PID 1 and still runs. The job is rank 1 alone (rank 0 is gone), from the
+    shell's PID, from rank 1's and from the child's own; the child is reported as left over."""
+    procs = _table("shell_loop_rank_died_child_orphaned")
+    for pid in (2737, 2739, 2798):
+        assert [p.pid for p in find_ranks([pid], procs)] == [2739]
+    assert [p.pid for p in find_ranks(None, procs)] == [2739]
+    assert [p.pid for p in leftover_children([procs[2739]], procs)] == [2798]
+
+
+def test_ranks_that_all_lost_their_launcher_are_still_ranks() -> None:
+    """torchrun's agent killed: every rank is reparented to PID 1 together, so none is a leftover
+    child; a child a rank double-forked away (RANK=1 again, under PID 1) while torchrun's ranks
+    still run under it is one."""
+    job = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "none"}
+    argv = ("/venv/bin/python", "-u", "train.py")
+    orphans = {
+        p.pid: p
+        for p in (_proc(1, 0, ("/sbin/init",)), *(_proc(11 + r, 1, argv, RANK=str(r), **job) for r in (0, 1)))
+    }
+    assert [p.pid for p in find_ranks(None, orphans)] == [11, 12]
+    assert leftover_children(list(orphans.values()), orphans) == []
+    live = {
+        p.pid: p
+        for p in (
+            _proc(1, 0, ("/sbin/init",)),
+            _proc(5, 1, ("bash",)),
+            _proc(10, 5, ("/venv/bin/python", "/venv/bin/torchrun", "--nproc-per-node=2", "train.py")),
+            *(_proc(11 + r, 10, argv, RANK=str(r), LOCAL_RANK=str(r), **job) for r in (0, 1)),
+            _proc(20, 1, argv, RANK="1", LOCAL_RANK="1", **job),
+        )
+    }
+    assert [p.pid for p in find_ranks(None, live)] == [11, 12]
+    assert [p.pid for p in find_ranks([20], live)] == [11, 12]
