@@ -286,12 +286,13 @@ def leftover_child(proc: Proc, procs: dict[int, Proc]) -> bool:
     parent = procs.get(proc.ppid)
     if not (key[1] or key[2]) or (parent is not None and parent.launcher):
         return False
+    above = _ancestors(proc.pid, procs)
     for mate in procs.values():
         if mate.pid == proc.pid or mate.ppid == proc.ppid or not mate.is_python:
             continue
         if mate.rank is None and mate.local_rank is None:
             continue
-        if mate.pid in _ancestors(proc.pid, procs) or _rank_ancestor(mate, procs) is not None:
+        if mate.pid in above or _rank_ancestor(mate, procs) is not None:
             continue
         if proc.ppid in _ancestors(mate.ppid, procs) and job_key(mate, procs) == key:
             return True
