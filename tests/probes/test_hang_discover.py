@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from probes.hang.discover import Proc, find_ranks, launcher_name, leftover_children
+from probes.hang.discover import Proc, all_procs, find_ranks, launcher_name, leftover_children, read_proc
 
 PROCTABLES = Path(__file__).resolve().parents[1] / "fixtures" / "hang" / "proctables"
 
@@ -189,3 +191,27 @@ def test_ranks_that_all_lost_their_launcher_are_still_ranks() -> None:
     }
     assert [p.pid for p in find_ranks(None, live)] == [11, 12]
     assert [p.pid for p in find_ranks([20], live)] == [11, 12]
+
+
+def test_a_real_rank_s_child_left_behind_is_not_a_rank() -> None:
+    """Real processes (no torch): a shell loop's rank 0 forks a child and exits, so the child is
+    reparented with RANK=0 while rank 1 still runs under the shell. This test process is in the
+    table: it is the shell's parent, and the child's new parent lies above it."""
+    port = str(40000 + os.getpid() % 20000)
+    rank0 = "import os, time\nif os.fork() == 0: time.sleep(60)\nos._exit(0)"
+    loop = f'RANK=0 MASTER_PORT={port} "$0" -c "$1" & RANK=1 MASTER_PORT={port} "$0" -c "import time; time.sleep(60)" & wait'
+    shell = subprocess.Popen(["sh", "-c", loop, sys.executable, rank0], start_new_session=True)
+    try:
+        for _ in range(100):
+            procs = {p.pid: p for p in (*all_procs().values(), read_proc(os.getpid())) if p is not None}
+            job = [p for p in procs.values() if p.env.get("MASTER_PORT") == port and p.is_python]
+            if len(job) == 2 and all(p.ppid != shell.pid for p in job if p.rank == 0):
+                break
+            time.sleep(0.05)
+        child = next(p.pid for p in job if p.rank == 0)
+        rank1 = next(p.pid for p in job if p.rank == 1)
+        assert [p.pid for p in find_ranks(None, procs) if p.env.get("MASTER_PORT") == port] == [rank1]
+        assert [p.pid for p in leftover_children([procs[rank1]], procs)] == [child]
+    finally:
+        os.killpg(shell.pid, signal.SIGKILL)
+        shell.wait()
