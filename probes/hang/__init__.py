@@ -22,6 +22,7 @@ from probes.hang.discover import (
     job_key,
     launcher_label,
     launcher_of,
+    leftover_children,
     read_proc,
     started_as,
 )
@@ -138,6 +139,12 @@ def collect(
     spawners = {r.ppid: started_as(r, procs) for r in ranks if r.rank is None}
     notes += [
         f"launched by {how} (PID {pid})" for pid, how in sorted(spawners.items()) if how and not launchers
+    ]
+    notes += [
+        f"PID {c.pid} carries rank {c.rank if c.rank is not None else c.local_rank}'s environment but is no rank: a "
+        f"child that outlived the process that started it (its parent is now PID {c.ppid}); what it holds (a file "
+        "lock, a port, a device) stays held"
+        for c in ([] if agents else leftover_children(ranks, procs))
     ]
     children = {r.pid: tuple(p.pid for p in procs.values() if p.ppid == r.pid and p.is_python) for r in ranks}
     labels = {p.pid: p.launcher or "" if agents else launcher_label(p, procs) for p in ranks}

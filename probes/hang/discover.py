@@ -262,7 +262,48 @@ def _is_rank(proc: Proc, procs: dict[int, Proc]) -> bool:
         return spawned_rank(proc, procs)
     if not proc.rank_in_env and not _uses_torch(proc.pid):  # `--rank` of something else
         return False
-    return _rank_ancestor(proc, procs) is None
+    return _rank_ancestor(proc, procs) is None and not leftover_child(proc, procs)
+
+
+def _ancestors(pid: int, procs: dict[int, Proc]) -> list[int]:
+    """The PIDs above `pid` in the process tree, its parent first (the last may be unreadable)."""
+    found: list[int] = []
+    proc = procs.get(pid)
+    while proc is not None and proc.ppid and proc.ppid not in found and len(found) < 64:
+        found.append(proc.ppid)
+        proc = procs.get(proc.ppid)
+    return found
+
+
+def leftover_child(proc: Proc, procs: dict[int, Proc]) -> bool:
+    """A rank's child that outlived it: a forked process keeps its rank's RANK and LOCAL_RANK, and
+    when the rank dies it is reparented to init or a subreaper, above where the job's ranks were
+    started. So a process with a rank in its environment is a leftover child, not a rank, where
+    its parent is no launcher and is a strict ancestor of the parent of a rank of the same job (the
+    shell loop or launcher the ranks still have). Ranks that all lost their launcher share their
+    new parent and stay ranks; a job with one rank here has nothing to compare with."""
+    key = job_key(proc, procs)
+    parent = procs.get(proc.ppid)
+    if not (key[1] or key[2]) or (parent is not None and parent.launcher):
+        return False
+    above = _ancestors(proc.pid, procs)
+    for mate in procs.values():
+        if mate.pid == proc.pid or mate.ppid == proc.ppid or not mate.is_python:
+            continue
+        if mate.rank is None and mate.local_rank is None:
+            continue
+        if mate.pid in above or _rank_ancestor(mate, procs) is not None:
+            continue
+        if proc.ppid in _ancestors(mate.ppid, procs) and job_key(mate, procs) == key:
+            return True
+    return False
+
+
+def leftover_children(ranks: list[Proc], procs: dict[int, Proc]) -> list[Proc]:
+    """The leftover children (see leftover_child) of the jobs of `ranks`, by PID."""
+    keys = {job_key(r, procs) for r in ranks}
+    found = (p for p in procs.values() if p.rank_in_env and p.is_python and job_key(p, procs) in keys)
+    return sorted((p for p in found if leftover_child(p, procs)), key=lambda p: p.pid)
 
 
 def _rank_ancestor(proc: Proc, procs: dict[int, Proc]) -> Proc | None:
@@ -364,7 +405,12 @@ def find_ranks(pids: list[int] | None = None, procs: dict[int, Proc] | None = No
                     f"process {pid} belongs to another user, so its environment and stack cannot be read: "
                     "run triage as the job's user (or as root)"
                 )
-            found = [p for p in (proc, *descendants(pid, procs)) if _is_rank(p, procs)]
+            if leftover_child(proc, procs):  # a dead rank's child stands for the ranks of its job
+                key = job_key(proc, procs)
+                proc = next(
+                    (p for p in procs.values() if _is_rank(p, procs) and job_key(p, procs) == key), proc
+                )
+            found = [p for p in (proc, *descendants(proc.pid, procs)) if _is_rank(p, procs)]
             if found and found[0] is proc:
                 found = job_mates(proc, procs)
             if not found and _named_rank(proc, procs):

@@ -3,13 +3,19 @@ a rank given on the command line."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
-from probes.hang.discover import Proc, find_ranks, launcher_name
+from probes.hang.discover import Proc, all_procs, find_ranks, launcher_name, leftover_children, read_proc
+
+PROCTABLES = Path(__file__).resolve().parents[1] / "fixtures" / "hang" / "proctables"
 
 
 @pytest.mark.parametrize(
@@ -141,3 +147,71 @@ def test_a_tool_a_rank_starts_through_a_shell_is_not_a_rank() -> None:
     }
     assert [p.pid for p in find_ranks([10], procs)] == [11, 12]
     assert [p.pid for p in find_ranks([12], procs)] == [11, 12]
+
+
+def _table(name: str) -> dict[int, Proc]:
+    """A process table recorded from /proc while a job hung (tests/fixtures/hang/proctables)."""
+    data = json.loads((PROCTABLES / f"{name}.json").read_text(encoding="utf-8"))
+    rows = (Proc(r["pid"], r["ppid"], tuple(r["argv"]), r["env"], r["readable"]) for r in data["procs"])
+    return {p.pid: p for p in rows}
+
+
+def test_a_dead_rank_s_orphaned_child_is_not_taken_for_the_rank() -> None:
+    """Recorded: a shell loop's rank 0 died of SIGSEGV; the reporter it forked (RANK=0 inherited)
+    was reparented to PID 1 and still runs. The job is rank 1 alone (rank 0 is gone), from the
+    shell's PID, from rank 1's and from the child's own; the child is reported as left over."""
+    procs = _table("shell_loop_rank_died_child_orphaned")
+    for pid in (2737, 2739, 2798):
+        assert [p.pid for p in find_ranks([pid], procs)] == [2739]
+    assert [p.pid for p in find_ranks(None, procs)] == [2739]
+    assert [p.pid for p in leftover_children([procs[2739]], procs)] == [2798]
+
+
+def test_ranks_that_all_lost_their_launcher_are_still_ranks() -> None:
+    """torchrun's agent killed: every rank is reparented to PID 1 together, so none is a leftover
+    child; a child a rank double-forked away (RANK=1 again, under PID 1) while torchrun's ranks
+    still run under it is one."""
+    job = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "none"}
+    argv = ("/venv/bin/python", "-u", "train.py")
+    orphans = {
+        p.pid: p
+        for p in (_proc(1, 0, ("/sbin/init",)), *(_proc(11 + r, 1, argv, RANK=str(r), **job) for r in (0, 1)))
+    }
+    assert [p.pid for p in find_ranks(None, orphans)] == [11, 12]
+    assert leftover_children(list(orphans.values()), orphans) == []
+    live = {
+        p.pid: p
+        for p in (
+            _proc(1, 0, ("/sbin/init",)),
+            _proc(5, 1, ("bash",)),
+            _proc(10, 5, ("/venv/bin/python", "/venv/bin/torchrun", "--nproc-per-node=2", "train.py")),
+            *(_proc(11 + r, 10, argv, RANK=str(r), LOCAL_RANK=str(r), **job) for r in (0, 1)),
+            _proc(20, 1, argv, RANK="1", LOCAL_RANK="1", **job),
+        )
+    }
+    assert [p.pid for p in find_ranks(None, live)] == [11, 12]
+    assert [p.pid for p in find_ranks([20], live)] == [11, 12]
+
+
+def test_a_real_rank_s_child_left_behind_is_not_a_rank() -> None:
+    """Real processes (no torch): a shell loop's rank 0 forks a child and exits, so the child is
+    reparented with RANK=0 while rank 1 still runs under the shell. This test process is in the
+    table: it is the shell's parent, and the child's new parent lies above it."""
+    port = str(40000 + os.getpid() % 20000)
+    rank0 = "import os, time\nif os.fork() == 0: time.sleep(60)\nos._exit(0)"
+    loop = f'RANK=0 MASTER_PORT={port} "$0" -c "$1" & RANK=1 MASTER_PORT={port} "$0" -c "import time; time.sleep(60)" & wait'
+    shell = subprocess.Popen(["sh", "-c", loop, sys.executable, rank0], start_new_session=True)
+    try:
+        for _ in range(100):
+            procs = {p.pid: p for p in (*all_procs().values(), read_proc(os.getpid())) if p is not None}
+            job = [p for p in procs.values() if p.env.get("MASTER_PORT") == port and p.is_python]
+            if len(job) == 2 and all(p.ppid != shell.pid for p in job if p.rank == 0):
+                break
+            time.sleep(0.05)
+        child = next(p.pid for p in job if p.rank == 0)
+        rank1 = next(p.pid for p in job if p.rank == 1)
+        assert [p.pid for p in find_ranks(None, procs) if p.env.get("MASTER_PORT") == port] == [rank1]
+        assert [p.pid for p in leftover_children([procs[rank1]], procs)] == [child]
+    finally:
+        os.killpg(shell.pid, signal.SIGKILL)
+        shell.wait()

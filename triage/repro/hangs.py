@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from probes.hang.discover import all_procs, leftover_child, read_proc
 from triage.repro import HERE
 from triage.repro.runner import (
     _SCRUB,
@@ -312,6 +313,10 @@ def _rank_cpu(token: str, skip: tuple[int, ...] = ()) -> dict[int, int]:
         ):
             ranked.add(pid)
     ranked |= {pid for pid in used if commands[pid] == commands.get(parents[pid]) and not skip}
+    # a dead rank's forked child, reparented, keeps its RANK: no rank of the job (this process is
+    # kept in the table: it may be an ancestor of the job's launcher)
+    procs = {**all_procs(), **{p.pid: p for p in [read_proc(os.getpid())] if p is not None}}
+    ranked -= {pid for pid in ranked if pid in procs and leftover_child(procs[pid], procs)}
     used = {pid: ticks for pid, ticks in used.items() if pid in ranked}
     return {pid: ticks for pid, ticks in used.items() if parents[pid] not in used}
 

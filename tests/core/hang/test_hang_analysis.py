@@ -221,3 +221,16 @@ def test_the_whole_world_in_one_collective_is_not_blamed_on_an_absent_rank() -> 
     far = [replace(_sample(r, *_collective("all_reduce", 13), world=4), local_world_size=2) for r in (0, 1)]
     elsewhere = analyse(far)
     assert elsewhere.diagnoses[0].entry == "MN3" and "not among them" in elsewhere.verdict
+
+
+def test_a_rank_gone_while_the_other_waits_outside_any_collective_is_d20() -> None:
+    """Rank 0 died holding what rank 1 waits for outside any collective (a file lock, a poll of a
+    file it was to write): rank 0 is the odd one, gone. Busy survivors are no such wait."""
+    picture = analyse([_sample(1, Frame("main", SCRIPT, 9))])
+    assert picture.missing_ranks == (0,)
+    assert [d.entry for d in picture.diagnoses[:2]] == ["D20", "MN3"]
+    assert picture.suspect_ranks == (0,)
+    assert analyse([_sample(1, Frame("main", SCRIPT, 5), active=True)]).diagnoses == ()
+    assert (
+        analyse([_sample(0, Frame("main", SCRIPT, 9)), _sample(1, Frame("main", SCRIPT, 9))]).diagnoses == ()
+    )

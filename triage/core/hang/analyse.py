@@ -306,6 +306,20 @@ def _all_stuck(groups: tuple[Group, ...]) -> str:
     )
 
 
+def _gone_while_others_wait(
+    groups: tuple[Group, ...],
+) -> tuple[tuple[int, ...], tuple[Diagnosis, ...], str] | None:
+    """Ranks gone while every other rank waits outside any collective (a lock, a file, a poll):
+    what they wait for is what the gone ranks were to do or release (D20), as in a collective."""
+    gone = tuple(r for g in groups if g.state.kind == "exited" for r in g.ranks if r is not None)
+    alive = [g for g in groups if g.state.kind != "exited"]
+    if not gone or not alive or any(g.state.kind != "waiting" for g in alive):
+        return None
+    lines = tuple(f"{rank_label(g.ranks)} {g.state.describe()}" for g in groups)
+    verdict = f"{rank_label(gone)} is gone while the others wait for it outside any collective"
+    return ints(gone), (Diagnosis("D20", lines), Diagnosis("MN3", lines)), verdict
+
+
 def analyse_states(found: list[RankState], world: int | None, slots: int) -> HangPicture:
     """The picture from every rank's state: `slots` ranks of the `world` were visible."""
     states = sorted(found, key=lambda s: (s.rank is None, s.rank or 0, s.host, s.pid))
@@ -338,6 +352,9 @@ def analyse_states(found: list[RankState], world: int | None, slots: int) -> Han
             missing,
             tuple(notes),
         )
+    gone = _gone_while_others_wait(groups)
+    if not waiting and gone:
+        return HangPicture(tuple(states), groups, *gone, world, missing, tuple(notes))
     if not waiting:
         verdict = (
             "the job's processes exited while triage read them: nothing is hung now"
