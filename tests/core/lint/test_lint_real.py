@@ -163,8 +163,8 @@ KNOWN_MISSES = {
     "fix_zetta_utils_2c43566d_callback_rank0_only.py",
 }
 # Session 12c's batch added one test-split miss, session 13's two, session 13b's two, session 13c's
-# two, of which its mechanism then found one (counted, not read; eval/lint/README.md).
-TEST_SPLIT_MISSES_AT_MOST = 21
+# two, of which its mechanism then found one, session 13d's one (counted, not read; eval/lint/README.md).
+TEST_SPLIT_MISSES_AT_MOST = 22
 
 
 def test_the_bugs_github_threads_established_are_found() -> None:

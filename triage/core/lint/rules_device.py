@@ -29,7 +29,8 @@ TRG003 = Rule(
         " `.to(rank)`, `device_ids=[rank]`, `output_device=rank` or `device_id=rank` where the value"
         " is the process's global rank: `dist.get_rank()`, `os.environ['RANK']`, `args.rank`,"
         " `accelerator.process_index`, or a name assigned from one. The first parameter of a function"
-        " started by `mp.spawn` is a local index and is not reported."
+        " started by `mp.spawn` is a local index and is not reported, nor is any rank of a script that"
+        " pins its rendezvous to this machine (`MASTER_ADDR = 'localhost'`)."
     ),
     why=(
         "On one node RANK and LOCAL_RANK are equal, so the bug stays hidden. On the second node of a"
@@ -190,7 +191,39 @@ def _device_args(call: Call) -> Iterator[ast.AST]:
             yield from _cuda_indices(keyword.value)
 
 
+_THIS_MACHINE = ("localhost", "127.0.0.1")
+
+
+def _one_node(ctx: Context) -> bool:
+    """`os.environ["MASTER_ADDR"] = "localhost"` or `init_method="tcp://127.0.0.1:..."`: the
+    rendezvous is pinned to this machine, so no process of the job runs on a second node and every
+    rank is also a local index (a `setdefault` is only a default, and does not count)."""
+    for node in ast.walk(ctx.script.tree):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and node.value.value in _THIS_MACHINE
+            and any(
+                isinstance(t, ast.Subscript)
+                and dotted(t.value).endswith("environ")
+                and isinstance(t.slice, ast.Constant)
+                and t.slice.value == "MASTER_ADDR"
+                for t in node.targets
+            )
+        ):
+            return True
+    for call in ctx.script.calls("init_process_group"):
+        method = call.kwarg("init_method")
+        if isinstance(method, ast.Constant) and isinstance(method.value, str):
+            host = method.value.split("://", 1)[-1].split(":", 1)[0]
+            if host in _THIS_MACHINE:
+                return True
+    return False
+
+
 def _check_global_rank(ctx: Context) -> Iterator[Finding]:
+    if _one_node(ctx):
+        return
     for call in ctx.script.call_list:
         for expr in _device_args(call):
             if ctx.ranks.rank_kind(expr, call.scope) == "global" and ctx.ranks.per_rank(call.node):

@@ -28,6 +28,11 @@ CONVENTIONAL: dict[str, str] = {
     "mp": "torch.multiprocessing",
     "nn": "torch.nn",
     "Accelerator": "accelerate.Accelerator",
+    # Collectives of objects: no other library spells these, and Accelerate's helpers are the ones
+    # snippets call bare (`from accelerate.utils import gather_object`).
+    "gather_object": "accelerate.utils.gather_object",
+    "broadcast_object_list": "accelerate.utils.broadcast_object_list",
+    "all_gather_object": "torch.distributed.all_gather_object",
 }
 
 
