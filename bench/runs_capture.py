@@ -151,6 +151,11 @@ EXTRA: dict[str, str] = {
     "set_epoch_on_batch_sampler_spawn.py": "detail",
     "download_before_init_timeout.py": "cpp-info",
     "mesh_from_local_world_nproc_differs.py": "detail",
+    # session 13c (written before the engine was read)
+    "inference_mode_cache_rank0.py": "loglevel-info",
+    "loss_scale_skip_sync_rank.py": "detail",
+    "eval_batchwise_gather_uneven.py": "cpp-info",
+    "gather_object_no_list_dst.py": "cpp-stack",
 }
 # Variables that would make a run look launched or change torch's output (as triage.repro scrubs).
 _SCRUB = (

@@ -48,6 +48,11 @@ _TORCH_FILE = re.compile(r"[/\\]torch[/\\]")
 # Their C++ twin: c10d's argument checks name the backend and the call (`ProcessGroupGloo::scatter:
 # Incorrect input list size 3 ...`); a timeout or a lost peer comes from the transport's own file.
 _CPP_CHECK = re.compile(r"^\s*ProcessGroup\w*::\w+: ")
+# Not a check: torch's ExceptionWrapper.reraise() (torch/_utils.py) re-raises an error caught in a
+# DataLoader worker, the pin-memory thread or a DataParallel replica as `Caught <class> in <where>.`,
+# with `raise RuntimeError(msg)` when the original class cannot be rebuilt: the original traceback
+# under it holds the cause, so torch's raise there refuses no call.
+_RERAISED = re.compile(r"^\s*Caught [A-Za-z_][\w.]* in ")
 # The classes torch's argument checks raise (a timeout or a lost peer raises others, or from C++).
 CHECK_CLASSES = frozenset({
     "ValueError", "TypeError", "AttributeError", "RuntimeError", "KeyError", "IndexError", "NotImplementedError",
@@ -165,7 +170,7 @@ class RankReader:
             block.collective = transport_wait(message)  # a wait on a p2p handle (transport.py)
             if block.collective is None and not _LIBRARY.search(block._frame_path):
                 block.collective = store_wait(message)  # a key the user's own line waited for
-        checked = block.raised_by_torch or (
+        checked = (block.raised_by_torch and _RERAISED.match(message) is None) or (
             _CPP_CHECK.match(message) is not None and _TORCH_FILE.search(block._frame_path) is not None
         )
         # a call that cannot run as written fails alike on every rank too (static_errors.py)
