@@ -5,6 +5,7 @@ ranks only waited for the first failure or never arrived."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from triage.core.logscan.rules import is_context, is_launcher, peer_gone
 from triage.core.logscan.scanner import Event, Scan
@@ -38,6 +39,37 @@ def with_rank(first: Event | None, events: list[Event], scan: Scan) -> Event | N
     # group exists, torch puts no `[rankN]:` in front): torchrun's summary says which was first.
     if scan.root_cause_rank in died and first.kind in ("terminate", "abort", "hit", "exception"):
         return _replace_rank(first, scan.root_cause_rank)
+    return first
+
+
+# ProcessGroupNCCL's watchdog: the first rank whose collective timed out asks every rank to dump its
+# flight recorder, and the others print whose timeout it was (a group rank: only the default group's
+# is a global one), or "this local rank" on the rank that timed out itself.
+_DUMP_FROM = re.compile(
+    r"(?:\(default_pg\) Rank \d+\]\s*)?Received a dump signal due to a collective timeout from\s+"
+    r"(?:rank (\d+)|this local rank)"
+)
+
+
+def owner(first: Event | None, events: list[Event], scan: Scan) -> Event | None:
+    """The rank the first failure belongs to: `with_rank`, then, when that failure is only a
+    timeout, the rank whose watchdog timed out first as the dump request names it."""
+    first = with_rank(first, events, scan)
+    if first is None or not first.echo:
+        return first
+    for event in events:
+        found = _DUMP_FROM.search(event.text)
+        if found is None:
+            continue
+        if found.group(1) is None:
+            rank = event.rank
+        elif "(default_pg)" in found.group(0):
+            rank = int(found.group(1))
+        else:
+            continue
+        if rank is not None and rank != first.rank:
+            return _replace_rank(first, rank)
+        return first
     return first
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from triage.core.logscan.first_rank import rank_roles, spawn_peer, summary_root_cause, with_rank
+from triage.core.logscan.first_rank import owner, rank_roles, spawn_peer, summary_root_cause
 from triage.core.logscan.heads import INTERLEAVED
 from triage.core.logscan.ordering import order_events
 from triage.core.logscan.query_reading import (
@@ -121,7 +121,7 @@ def decide(scan: Scan, kb: KnowledgeBase, fallback: bool = True) -> Verdict:
     ranked_echoes = [e for e in echoes if e.rank is not None] or echoes
     first = real[0] if real else (ranked_echoes[0] if echoes else (hints[0] if hints else None))
     first = summary_root_cause(first, real, scan)
-    first = with_rank(first, events, scan)
+    first = owner(first, events, scan)
 
     waiting, suspects = rank_roles(events, first)
     first_rank = first.rank if first else None
