@@ -183,10 +183,10 @@ def _missing_labels(kb: KnowledgeBase, outcomes: Sequence[Outcome]) -> int:
 
 def part_of(item: Item) -> str:
     """The corpus part an item comes from: its file's name (`eval/queries/i.yaml` is part i; an
-    abstain file named `other_domains_i.yaml` belongs to part i too)."""
+    abstain file named `other_domains_i.yaml` (or `other_domains_ab.yaml`) belongs to part i (ab) too)."""
     stem = Path(item.origin.split("#", 1)[0].split(":", 1)[0]).stem
     head, _, tail = stem.rpartition("_")
-    return tail if head and len(tail) == 1 else stem
+    return tail if head and len(tail) <= 2 and tail.isalpha() else stem
 
 
 def seed_labelled(item: Item) -> bool:
