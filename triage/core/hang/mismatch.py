@@ -409,9 +409,9 @@ def mismatch(groups: tuple[Group, ...]) -> tuple[list[Diagnosis], tuple[int, ...
             described,
         )
         verdict = f"{rank_label(odd.ranks)} {agree(odd.ranks, 'is', 'are')} in a collective that only some ranks reach (`{header}`)"
-        if drawn(header, odd.state):
+        if draw := drawn(header, odd.state):
             evidence = (
-                f"{evidence[0]}; {drawn(header, odd.state)}, and each rank's generator is seeded "
+                f"{evidence[0]}; {draw}, and each rank's generator is seeded "
                 "apart, so the ranks' draws differ",
                 described,
             )

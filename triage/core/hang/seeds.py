@@ -12,12 +12,6 @@ from __future__ import annotations
 
 from triage.core.hang.classify import RankState
 from triage.core.hang.paths import RANDOM_DRAW
-from triage.core.hang.source_context import CLOCK_SEED
-
-
-def clock_seeded(source: str) -> bool:
-    """Whether the source seeds a random generator from the wall clock."""
-    return CLOCK_SEED.search(source) is not None
 
 
 def drawn(header: str, state: RankState) -> str:
