@@ -35,7 +35,7 @@ def distributed_helper_loaders(ctx: Context, handed: set[str]) -> list[Call]:
         if "loader" not in call.tail.lower() or not _told_distributed(call):
             continue
         names = bound_names(ctx, call)
-        if not names or names & handed or not _training(ctx, call):
+        if not names or names & handed or not _training(call, names):
             continue
         if any(_fed_to_epochs(loop, names) for loop in _epoch_loops(ctx)):
             found.append(call)
@@ -50,8 +50,9 @@ def _told_distributed(call: Call) -> bool:
     return False
 
 
-def _training(ctx: Context, call: Call) -> bool:
-    """Not a helper call that builds an evaluation loader (`is_train=False`, `split="val"`)."""
+def _training(call: Call, names: set[str]) -> bool:
+    """Not a helper call that builds an evaluation loader (`is_train=False`, `split="val"`, a
+    result bound to `val_loader`)."""
     for keyword in call.node.keywords:
         value = keyword.value
         if keyword.arg in _TRAIN_KEYWORDS and isinstance(value, ast.Constant) and not value.value:
@@ -59,7 +60,7 @@ def _training(ctx: Context, call: Call) -> bool:
         text = value.value.lower() if isinstance(value, ast.Constant) and isinstance(value.value, str) else ""
         if any(word in text for word in _EVAL_WORDS):
             return False
-    return not any(word in name.lower() for name in bound_names(ctx, call) for word in _EVAL_WORDS)
+    return not any(word in name.lower() for name in names for word in _EVAL_WORDS)
 
 
 def bound_names(ctx: Context, call: Call) -> set[str]:
