@@ -118,3 +118,18 @@ def test_a_text_that_names_nothing_gets_no_guesses_and_no_question(run_cli: Run)
     vague = run_cli("ask", "DDP stuck After epoch 0, epoch 1 was stuck.").stdout.decode()
     assert "Closest entries, for what they are worth:" in vague
     assert "The question that separates them:" in vague
+
+
+def test_an_abstention_on_a_report_asks_its_question_and_a_vague_word_does_not(run_cli: Run) -> None:
+    """No answer, but a report about the domain: its two best entries and the question between
+    them, headed "Not sure"; a bare complaint ("it does not work") gets neither."""
+    import json
+
+    report = "training freezes after a few hundred steps on 8 GPUs"
+    payload = json.loads(run_cli("ask", "--json", report).stdout)
+    assert payload["verdict"] == "no_match" and payload["question"] is not None
+    out = run_cli("ask", report).stdout.decode()
+    ids = " and ".join(answer["id"] for answer in payload["question"]["answers"])
+    assert f"Not sure between {ids}. The question that separates them:" in out
+    vague = json.loads(run_cli("ask", "--json", "it does not work").stdout)
+    assert vague["verdict"] == "no_match" and vague["question"] is None
